@@ -1,0 +1,27 @@
+# Two entry points: `make run` (the paper's workflow) and `make test` (the test suite).
+# Each sets up .venv first, so both work on a fresh clone with only Python 3.11.
+PYTHON ?= python3.11
+VENV := .venv
+STAMP := $(VENV)/.installed
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -e ".[test]"
+	touch $(STAMP)
+
+.PHONY: setup run quick test bench
+setup: $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/snakemake --cores all
+
+quick: $(STAMP)
+	$(VENV)/bin/snakemake --cores all --configfile config/quick.yaml
+
+test: $(STAMP)
+	$(VENV)/bin/python -m pytest -q
+
+bench: $(STAMP)
+	$(VENV)/bin/python -m basis bench step --json
+	$(VENV)/bin/python -m basis bench reference --n 70000 --json

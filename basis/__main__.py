@@ -1,0 +1,5 @@
+import sys
+
+from basis.cli import main
+
+sys.exit(main())

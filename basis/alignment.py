@@ -1,0 +1,138 @@
+"""Affine alignment of one embedding to another through shared anchor nodes.
+
+Implements the least-squares map of ``eq:stepAffie_transformation_least_squares2``,
+its robust RANSAC estimate, the batch alignment ``eq:stepAlignment`` and
+Algorithm 2's global transform T_G.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class AlignmentResult:
+    """A fitted affine map and how it was found.
+
+    ``transform`` is T in R^{K x (K+1)}; ``inliers`` a boolean mask over the anchors;
+    ``residuals`` the row-wise L2 error of every anchor under T; ``fallback`` is True
+    when no RANSAC hypothesis had enough inliers and T was fitted on all anchors.
+    """
+
+    transform: torch.Tensor
+    inliers: torch.Tensor
+    residuals: torch.Tensor
+    fallback: bool = False
+
+
+def _homogeneous(phi: torch.Tensor) -> torch.Tensor:
+    """[phi, 1]: append a column of ones."""
+    return torch.cat([phi, torch.ones_like(phi[..., :1])], dim=-1)
+
+
+def _check_anchors(source: torch.Tensor, target: torch.Tensor) -> None:
+    if source.ndim != 2 or source.shape != target.shape:
+        raise ValueError(
+            f"source and target anchors must be 2-D arrays of equal shape, got {tuple(source.shape)}"
+            f" and {tuple(target.shape)}"
+        )
+    n_anchors, dim = source.shape
+    if n_anchors < dim + 1:
+        raise ValueError(f"an affine map in dimension K={dim} needs at least K+1={dim + 1} anchors, got {n_anchors}")
+
+
+def affine_least_squares(source: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """T = argmin_T sum_i ||target_i - T [source_i, 1]||^2 (``eq:stepAffie_transformation_least_squares2``).
+
+    Works on a batch of problems too (leading dimensions are broadcast).
+    Returns T of shape (..., K, K+1).
+    """
+    solution = torch.linalg.lstsq(_homogeneous(source.double()), target.double()).solution
+    return solution.transpose(-1, -2).to(source.dtype)
+
+
+def apply_affine(transform: torch.Tensor, phi: torch.Tensor) -> torch.Tensor:
+    """phi <- T [phi, 1] for every row (``eq:stepAlignment``)."""
+    return _homogeneous(phi) @ transform.T
+
+
+def _row_errors(transform: torch.Tensor, source: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    return torch.linalg.norm(_homogeneous(source) @ transform.transpose(-1, -2) - target, dim=-1)
+
+
+def align_affine(source: torch.Tensor, target: torch.Tensor) -> AlignmentResult:
+    """Plain least squares on all anchors, as an :class:`AlignmentResult`."""
+    _check_anchors(source, target)
+    transform = affine_least_squares(source, target)
+    residuals = _row_errors(transform, source, target)
+    return AlignmentResult(transform, torch.ones_like(residuals, dtype=torch.bool), residuals)
+
+
+def ransac_affine(
+    source: torch.Tensor,
+    target: torch.Tensor,
+    *,
+    n_iter: int = 100,
+    sample_size: int = 20,
+    tolerance: float = 0.1,
+    generator: torch.Generator | None = None,
+) -> AlignmentResult:
+    """Robust affine map from ``source`` anchors to ``target`` anchors by RANSAC.
+
+    Each of ``n_iter`` hypotheses is a least-squares fit to ``sample_size`` random
+    anchors; an anchor is an inlier when its row-wise L2 error is below ``tolerance``.
+    The hypothesis with most inliers (ties: smallest inlier error) is refitted on its
+    inliers. When no hypothesis has K+1 inliers, T is fitted on all anchors and the
+    fallback is logged and flagged.
+
+    A hypothesis is clean with probability (1 - outlier fraction)^sample_size: the
+    authors' 20 anchors per sample and 100 iterations tolerate a few percent of
+    outliers; with many, use minimal samples (K+1) or more iterations.
+    """
+    _check_anchors(source, target)
+    n_anchors, dim = source.shape
+    if not dim + 1 <= sample_size <= n_anchors:
+        raise ValueError(
+            f"sample_size must be between K+1={dim + 1} and the number of anchors {n_anchors}, got {sample_size}"
+        )
+    if n_iter < 1 or not tolerance > 0:
+        raise ValueError(f"n_iter must be >= 1 and tolerance > 0, got {n_iter} and {tolerance}")
+    generator = generator or torch.Generator().manual_seed(0)
+    dtype = source.dtype
+    source, target = source.double(), target.double()
+    # One random permutation per hypothesis; its first sample_size anchors are the sample.
+    samples = torch.rand(n_iter, n_anchors, generator=generator).argsort(dim=1)[:, :sample_size]
+    samples = samples.to(source.device)
+    hypotheses = affine_least_squares(source[samples], target[samples])
+    errors = _row_errors(hypotheses, source.unsqueeze(0), target.unsqueeze(0))
+    is_inlier = errors < tolerance
+    counts = is_inlier.sum(dim=1)
+    inlier_error = torch.where(is_inlier, errors, torch.zeros_like(errors)).sum(dim=1)
+    # Most inliers first, then smallest summed inlier error.
+    best = int(torch.argmax(counts * (1.0 + inlier_error.max()) - inlier_error))
+    if int(counts[best]) < dim + 1:
+        log.warning(
+            "RANSAC: no hypothesis had K+1=%d inliers (best %d of %d at tolerance %g);"
+            " falling back to least squares on all anchors",
+            dim + 1, int(counts[best]), n_anchors, tolerance,
+        )
+        result = align_affine(source, target)
+        result.transform, result.fallback = result.transform.to(dtype), True
+        return result
+    transform = affine_least_squares(source[is_inlier[best]], target[is_inlier[best]])
+    residuals = _row_errors(transform, source, target)
+    return AlignmentResult(transform.to(dtype), residuals < tolerance, residuals)
+
+
+def global_transform(
+    previous_anchors: torch.Tensor, updated_anchors: torch.Tensor, **ransac_options
+) -> AlignmentResult:
+    """T_G of Algorithm 2: maps the anchors' embedding under updated features onto
+    their embedding under the previous features (RANSAC, same options as
+    :func:`ransac_affine`). Apply it to the whole updated embedding with
+    :func:`apply_affine`."""
+    return ransac_affine(updated_anchors, previous_anchors, **ransac_options)

@@ -1,0 +1,74 @@
+"""Speed benchmarks that print figures (not tests): ``python -m basis bench``."""
+from __future__ import annotations
+
+import resource
+import time
+from typing import Any
+
+import numpy as np
+
+from basis.graph import GraphConfig, knn, sparse_affinity
+from basis.methods import BASiS, resolve_device
+from basis.spectral import sparse_spectral_embedding
+
+
+def clustered_data(n: int, dim: int = 16, n_clusters: int = 10, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Overlapping Gaussian clusters, a stand-in for 16-d Siamese features."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(scale=3.0, size=(n_clusters, dim))
+    labels = rng.integers(0, n_clusters, n)
+    return (centres[labels] + rng.normal(size=(n, dim))).astype(np.float32), labels
+
+
+def bench_step(
+    batch_size: int = 512, n_components: int = 10, dim: int = 16, n_neighbors: int = 50,
+    n_iter: int = 110, warmup: int = 10, device: str = "auto", seed: int = 0,
+) -> dict[str, Any]:
+    """Median wall time of one BASiS iteration and of its parts, in milliseconds."""
+    X, y = clustered_data(max(20 * batch_size, 10_000), dim, n_components, seed)
+    records: list[dict[str, float]] = []
+    estimator = BASiS(
+        n_components, graph=GraphConfig(n_neighbors=n_neighbors), batch_size=batch_size, n_iter=n_iter,
+        anchors_per_class=25, device=device, seed=seed, callback=lambda step, info: records.append(info),
+    )
+    estimator.fit(X, y)
+    kept = records[warmup:]
+    parts = sorted(k for k in kept[0] if k.startswith("ms_") and k != "ms_step")
+    return {
+        "ms_per_iteration": {
+            "total": float(np.median([r["ms_step"] for r in kept])),
+            **{k[3:]: float(np.median([r[k] for r in kept])) for k in parts},
+        },
+        "device": str(resolve_device(device)),
+        "settings": {"batch_size": batch_size, "n_components": n_components, "dim": dim, "n_neighbors": n_neighbors,
+                     "iterations_timed": len(kept)},
+        "note": "graph, eigensolve and alignment of batch t+1 run in a worker thread while the gradient step of batch t runs; total is the wall time per iteration",
+    }
+
+
+def bench_reference(n: int = 70_000, dim: int = 16, n_neighbors: int = 50, n_components: int = 10, device: str = "auto", seed: int = 0) -> dict[str, Any]:
+    """Wall time and peak memory of the whole-set analytic embedding."""
+    X, _ = clustered_data(n, dim, n_components, seed)
+    device_name = str(resolve_device(device))
+    config = GraphConfig(n_neighbors=n_neighbors)
+    start = time.perf_counter()
+    import torch
+
+    knn(torch.as_tensor(X, device=device_name), n_neighbors)  # timed alone for the knn figure
+    knn_seconds = time.perf_counter() - start
+    start = time.perf_counter()
+    W = sparse_affinity(X, config, device=device_name)
+    graph_seconds = time.perf_counter() - start
+    start = time.perf_counter()
+    sparse_spectral_embedding(W, n_components, operator="normalized", seed=seed)
+    eigen_seconds = time.perf_counter() - start
+    return {
+        "seconds": graph_seconds + eigen_seconds,
+        "knn_seconds": knn_seconds,
+        "graph_seconds": graph_seconds,
+        "eigen_seconds": eigen_seconds,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+        "device": device_name,
+        "settings": {"n": n, "dim": dim, "n_neighbors": n_neighbors, "n_components": n_components},
+        "note": "seconds = graph (kNN + kernel, includes a second kNN) + eigensolve; knn_seconds is the kNN alone",
+    }

@@ -1,0 +1,194 @@
+"""Every data set of the workflow behind one registry: :func:`load_dataset`.
+
+Image sets come through torchvision's own classes (official train/test splits). Where
+they cannot be downloaded, the error names the URLs and the exact folder for placing
+the files by hand. Toy sets and the rendered bunny are generated; ``digits`` is
+scikit-learn's bundled 8x8 digits, so the whole pipeline runs offline.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from sklearn.datasets import load_digits
+from sklearn.model_selection import train_test_split
+
+from basis import bunny, toy
+
+DEFAULT_ROOT = Path("resources/data")
+
+
+class DatasetUnavailableError(RuntimeError):
+    """An image data set is neither on disk nor downloadable."""
+
+
+@dataclass
+class Dataset:
+    """Train/test split of one data set.
+
+    ``X_*`` are float32 arrays: images (n, c, h, w) for image sets, points (n, d)
+    otherwise. ``y_*`` are class labels, or rotation angles for ``bunny``.
+    """
+
+    name: str
+    X_train: np.ndarray
+    y_train: np.ndarray
+    X_test: np.ndarray
+    y_test: np.ndarray
+
+    @property
+    def n_classes(self) -> int:
+        return int(len(np.unique(self.y_train)))
+
+    @property
+    def is_image(self) -> bool:
+        return self.X_train.ndim == 4
+
+    def flat(self) -> tuple[np.ndarray, np.ndarray]:
+        """Train and test inputs as (n, d) feature matrices."""
+        return self.X_train.reshape(len(self.X_train), -1), self.X_test.reshape(len(self.X_test), -1)
+
+
+# -- image sets through torchvision ---------------------------------------------------------
+def _torchvision_spec(name: str) -> dict[str, Any]:
+    from torchvision import datasets
+
+    specs = {
+        "mnist": (datasets.MNIST, "MNIST/raw", [(f"{datasets.MNIST.mirrors[0]}{f}", f, md5) for f, md5 in datasets.MNIST.resources]),
+        "fashion_mnist": (
+            datasets.FashionMNIST, "FashionMNIST/raw",
+            [(f"{datasets.FashionMNIST.mirrors[0]}{f}", f, md5) for f, md5 in datasets.FashionMNIST.resources],
+        ),
+        "cifar10": (datasets.CIFAR10, ".", [(datasets.CIFAR10.url, datasets.CIFAR10.filename, datasets.CIFAR10.tgz_md5)]),
+        "svhn": (datasets.SVHN, ".", [tuple(datasets.SVHN.split_list[s]) for s in ("train", "test")]),
+    }
+    cls, folder, files = specs[name]
+    return {"cls": cls, "folder": folder, "files": files}
+
+
+def _md5(path: Path) -> str:
+    digest = hashlib.md5()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _unavailable(name: str, root: Path, spec: dict[str, Any], cause: BaseException) -> DatasetUnavailableError:
+    folder = (root / spec["folder"]).resolve()
+    listing = "\n".join(f"  {url}  ->  {folder / filename}" for url, filename, _ in spec["files"])
+    return DatasetUnavailableError(
+        f"could not download data set {name!r} ({type(cause).__name__}: {str(cause).strip()[:300]}).\n"
+        f"Download these files by hand and place them in {folder}:\n{listing}\nthen run again."
+    )
+
+
+def _prepare_mnist_files(root: Path, spec: dict[str, Any], verify: bool) -> None:
+    """Extract hand-placed .gz files; a wrong checksum means an incomplete download."""
+    from torchvision.datasets.utils import extract_archive
+
+    folder = root / spec["folder"]
+    for _, filename, md5 in spec["files"]:
+        archive, extracted = folder / filename, folder / Path(filename).stem
+        if archive.exists() and not extracted.exists():
+            if verify and _md5(archive) != md5:
+                raise DatasetUnavailableError(
+                    f"{archive} is incomplete or corrupt (MD5 {_md5(archive)}, expected {md5}); delete it and download it again"
+                )
+            extract_archive(str(archive), str(folder))
+
+
+def _as_images(data: Any, channels_last: bool) -> np.ndarray:
+    images = np.asarray(data, dtype=np.float32) / 255.0
+    if images.ndim == 3:
+        return images[:, None]
+    return images.transpose(0, 3, 1, 2) if channels_last else images
+
+
+def load_image_dataset(name: str, root: str | Path = DEFAULT_ROOT, *, download: bool = True, verify: bool = True) -> Dataset:
+    """MNIST, Fashion-MNIST, SVHN or CIFAR-10 through torchvision, images in [0, 1].
+
+    ``verify=False`` skips the MD5 checks of files already on disk (torchvision's
+    integrity check included); it exists so tests can read tiny files in the true
+    formats, and should not be used for real data.
+    """
+    root = Path(root)
+    spec = _torchvision_spec(name)
+    cls = spec["cls"]
+    if not verify:
+        cls = type(f"Unverified{cls.__name__}", (cls,), {"_check_integrity": lambda self: True})
+    if name in ("mnist", "fashion_mnist"):
+        _prepare_mnist_files(root, spec, verify)
+    try:
+        if name == "svhn":
+            parts = [cls(str(root), split=split, download=download) for split in ("train", "test")]
+            arrays = [(_as_images(p.data, False), np.asarray(p.labels)) for p in parts]
+        else:
+            parts = [cls(str(root), train=train, download=download) for train in (True, False)]
+            data = [p.data.numpy() if hasattr(p.data, "numpy") else p.data for p in parts]
+            arrays = [(_as_images(d, name == "cifar10"), np.asarray(p.targets)) for d, p in zip(data, parts)]
+    except (RuntimeError, OSError) as err:  # URLError is an OSError
+        raise _unavailable(name, root, spec, err) from err
+    (X_train, y_train), (X_test, y_test) = arrays
+    return Dataset(name, X_train, y_train.astype(np.int64), X_test, y_test.astype(np.int64))
+
+
+# -- generated and bundled sets -------------------------------------------------------------
+def _split(name: str, X: np.ndarray, y: np.ndarray, seed: int, test_size: float | int, stratify: bool = True) -> Dataset:
+    X_train, X_test, y_train, y_test = train_test_split(
+        X, y, test_size=test_size, random_state=seed, stratify=y if stratify else None
+    )
+    return Dataset(name, X_train, y_train, X_test, y_test)
+
+
+def load_toy(name: str, *, n_samples: int | None = None, seed: int = 0, test_size: float = 0.2) -> Dataset:
+    """A toy set of Figs. 1 and 3 (9,000 nodes by default; three moons: 3 x 3,330)."""
+    generator = toy.TOY_SETS[name]
+    if name == "three_moons":
+        X, y = generator(n_per_moon=(n_samples or 9990) // 3, seed=seed)
+    else:
+        X, y = generator(n=n_samples or 9000, seed=seed)
+    return _split(name, X, y, seed, test_size)
+
+
+def load_digits_dataset(*, seed: int = 0, test_size: float = 0.2) -> Dataset:
+    """scikit-learn's 1,797 bundled 8x8 digits as (n, 1, 8, 8) images in [0, 1]."""
+    digits = load_digits()
+    images = (digits.images / 16.0).astype(np.float32)[:, None]
+    return _split("digits", images, digits.target, seed, test_size)
+
+
+def load_bunny(
+    *, n_frames: int = 2000, n_test: int = 500, resolution: int = 64, frames_dir: str | Path | None = None, seed: int = 0
+) -> Dataset:
+    """Turntable frames as (n, 1, h, w) images; labels are the rotation angles.
+
+    With ``frames_dir`` the real snapshot set is loaded (angles unknown: NaN);
+    otherwise frames are rendered. The paper trains on 1,500 frames and tests on 500.
+    """
+    if frames_dir is not None:
+        frames = bunny.load_frames(frames_dir, resolution)
+        angles = np.full(len(frames), np.nan)
+    else:
+        frames, angles = bunny.render_turntable(n_frames, resolution, seed=seed)
+    return _split("bunny", frames[:, None], angles, seed, n_test, stratify=False)
+
+
+IMAGE_SETS = ("mnist", "fashion_mnist", "svhn", "cifar10")
+DATASETS = (*toy.TOY_SETS, "digits", "bunny", *IMAGE_SETS)
+
+
+def load_dataset(name: str, *, root: str | Path = DEFAULT_ROOT, seed: int = 0, download: bool = True, **options: Any) -> Dataset:
+    """Load any registered data set by name; ``options`` go to its loader."""
+    if name not in DATASETS:
+        raise ValueError(f"unknown data set {name!r}; valid: {list(DATASETS)}")
+    if name in IMAGE_SETS:
+        return load_image_dataset(name, root, download=download, **options)
+    if name == "digits":
+        return load_digits_dataset(seed=seed, **options)
+    if name == "bunny":
+        return load_bunny(seed=seed, **options)
+    return load_toy(name, seed=seed, **options)

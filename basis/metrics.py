@@ -1,0 +1,146 @@
+"""The paper's evaluation measures (Sec. 5.1).
+
+Defaults follow the paper's equations. The authors' code computed some measures
+differently; those variants are available by option:
+
+========================  =========================  ===============================
+measure                   default (paper)            ``variant="code"`` (authors)
+========================  =========================  ===============================
+Grassmann distance        QR of both bases           columns normalised only
+orthogonality             squared Frobenius norm     Frobenius norm (not squared)
+NMI                       max-entropy normaliser     arithmetic-mean normaliser
+========================  =========================  ===============================
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from scipy.optimize import linear_sum_assignment
+from sklearn.cluster import KMeans
+from sklearn.metrics import normalized_mutual_info_score
+
+VARIANTS = ("paper", "code")
+
+
+def _check_variant(variant: str) -> None:
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {list(VARIANTS)}, got {variant!r}")
+
+
+def _normalize_columns(Y: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(Y, axis=0, keepdims=True)
+    return Y / np.where(norms > 0, norms, 1.0)
+
+
+def grassmann_distance(Y1: np.ndarray, Y2: np.ndarray, *, variant: str = "paper") -> float:
+    """Squared Grassmann (projection) distance K - sum_i cos^2 theta_i (``grassmann_distance_defenition``).
+
+    ``variant="paper"`` orthonormalises both bases by QR first, so the value lies in
+    [0, K] and depends only on the two subspaces. ``"code"`` normalises columns only,
+    as the authors' code did; it can leave [0, K] when a basis is not orthogonal.
+    """
+    _check_variant(variant)
+    Y1, Y2 = np.asarray(Y1, dtype=np.float64), np.asarray(Y2, dtype=np.float64)
+    if Y1.ndim != 2 or Y1.shape != Y2.shape:
+        raise ValueError(f"Y1 and Y2 must be 2-D of equal shape, got {Y1.shape} and {Y2.shape}")
+    if variant == "paper":
+        Q1, Q2 = np.linalg.qr(Y1)[0], np.linalg.qr(Y2)[0]
+    else:
+        Q1, Q2 = _normalize_columns(Y1), _normalize_columns(Y2)
+    return float(Y1.shape[1] - np.sum((Q1.T @ Q2) ** 2))
+
+
+def orthogonality(Y: np.ndarray, *, variant: str = "paper") -> float:
+    """d_perp(Y) = ||Y^T Y - I||_F^2 on column-normalised Y (``orthogonality_measure_defenition``).
+
+    ``variant="code"`` returns the Frobenius norm without the square, as in the authors' code.
+    """
+    _check_variant(variant)
+    U = _normalize_columns(np.asarray(Y, dtype=np.float64))
+    frob = np.linalg.norm(U.T @ U - np.eye(U.shape[1]))
+    return float(frob**2 if variant == "paper" else frob)
+
+
+def nmi(labels_true: np.ndarray, labels_pred: np.ndarray, *, variant: str = "paper") -> float:
+    """NMI = I(c, c_hat) / max{H(c), H(c_hat)} (``NMI_defenition``); ``"code"`` uses the arithmetic mean."""
+    _check_variant(variant)
+    method = "max" if variant == "paper" else "arithmetic"
+    return float(normalized_mutual_info_score(labels_true, labels_pred, average_method=method))
+
+
+def clustering_accuracy(labels_true: np.ndarray, labels_pred: np.ndarray) -> float:
+    """ACC with the best one-to-one label assignment by Kuhn-Munkres (``ACC_defenition``)."""
+    labels_true, labels_pred = np.asarray(labels_true), np.asarray(labels_pred)
+    true_ids, t = np.unique(labels_true, return_inverse=True)
+    pred_ids, p = np.unique(labels_pred, return_inverse=True)
+    contingency = np.zeros((len(pred_ids), len(true_ids)), dtype=np.int64)
+    np.add.at(contingency, (p, t), 1)
+    rows, cols = linear_sum_assignment(-contingency)
+    return float(contingency[rows, cols].sum() / len(labels_true))
+
+
+def kmeans_labels(Y: np.ndarray, n_clusters: int, *, seed: int = 0, n_init: int = 10) -> np.ndarray:
+    """K-means on the raw embedding, seeded and with a pinned number of restarts."""
+    return KMeans(n_clusters=n_clusters, random_state=seed, n_init=n_init).fit_predict(np.asarray(Y, dtype=np.float64))
+
+
+def linear_probe_accuracy(
+    train_embedding: np.ndarray,
+    train_labels: np.ndarray,
+    test_embedding: np.ndarray,
+    test_labels: np.ndarray,
+    *,
+    epochs: int = 100,
+    lr: float = 1e-4,
+    batch_size: int = 262,
+    seed: int = 0,
+) -> float:
+    """Test accuracy (%) of one linear layer trained with cross entropy (``accuracy_defenition``).
+
+    Defaults are the authors' (Adam, lr 1e-4, 100 epochs, batch 262); the reported
+    value is the final epoch's test accuracy.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    X_train = torch.as_tensor(np.asarray(train_embedding), dtype=torch.float32)
+    X_test = torch.as_tensor(np.asarray(test_embedding), dtype=torch.float32)
+    classes, y_train = np.unique(train_labels, return_inverse=True)
+    y_train = torch.as_tensor(y_train)
+    lookup = {c: i for i, c in enumerate(classes)}
+    y_test = torch.as_tensor([lookup.get(c, -1) for c in np.asarray(test_labels)])
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        probe = torch.nn.Linear(X_train.shape[1], len(classes))
+    optimizer = torch.optim.Adam(probe.parameters(), lr=lr)
+    for _ in range(epochs):
+        order = torch.randperm(len(X_train), generator=generator)
+        for start in range(0, len(order), batch_size):
+            idx = order[start : start + batch_size]
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(probe(X_train[idx]), y_train[idx]).backward()
+            optimizer.step()
+    with torch.no_grad():
+        predicted = probe(X_test).argmax(dim=1)
+    return float((predicted == y_test).float().mean() * 100.0)
+
+
+def evaluate_embedding(
+    embedding: np.ndarray,
+    labels: np.ndarray,
+    reference: np.ndarray | None = None,
+    *,
+    n_clusters: int | None = None,
+    seed: int = 0,
+    n_init: int = 10,
+    variant: str = "paper",
+) -> dict[str, float]:
+    """d_G (when a reference embedding is given), d_perp, NMI and ACC of one embedding."""
+    n_clusters = n_clusters or len(np.unique(labels))
+    predicted = kmeans_labels(embedding, n_clusters, seed=seed, n_init=n_init)
+    result = {
+        "d_perp": orthogonality(embedding, variant=variant),
+        "nmi": nmi(labels, predicted, variant=variant),
+        "acc": clustering_accuracy(labels, predicted),
+    }
+    if reference is not None:
+        result["d_G"] = grassmann_distance(embedding, reference, variant=variant)
+    return result

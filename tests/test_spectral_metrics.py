@@ -1,0 +1,127 @@
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+
+from basis import metrics
+from basis.graph import GraphConfig, dense_affinity, sparse_affinity
+from basis.spectral import (
+    DisconnectedGraphWarning, laplacian, normalized_laplacian, random_walk_matrix, sparse_spectral_embedding,
+    spectral_embedding,
+)
+from conftest import random_connected_graph
+
+
+@pytest.mark.parametrize("operator", ["unnormalized", "normalized", "diffusion"])
+@pytest.mark.parametrize("drop_trivial", [False, True])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_sparse_solver_agrees_with_dense(operator, drop_trivial, seed):
+    W = random_connected_graph(np.random.default_rng(seed))
+    dense, dense_vals = spectral_embedding(W, 4, operator=operator, drop_trivial=drop_trivial)
+    sparse, sparse_vals = sparse_spectral_embedding(sp.csr_matrix(W.numpy()), 4, operator=operator, drop_trivial=drop_trivial)
+    assert metrics.grassmann_distance(dense.numpy(), sparse) < 1e-6
+    np.testing.assert_allclose(dense_vals.numpy(), sparse_vals, atol=1e-7)
+    # deterministic signs: the same vectors, not just the same subspace
+    np.testing.assert_allclose(dense.numpy(), sparse, atol=1e-5)
+
+
+def test_operators_match_their_definitions(rng):
+    W = random_connected_graph(rng, n=30, k=5)
+    D = torch.diag(W.sum(1))
+    assert torch.allclose(laplacian(W), D - W)
+    D_is = torch.diag(W.sum(1).rsqrt())
+    assert torch.allclose(normalized_laplacian(W), torch.eye(30, dtype=W.dtype) - D_is @ W @ D_is)
+    assert torch.allclose(random_walk_matrix(W), W @ torch.linalg.inv(D))
+    U, vals = spectral_embedding(W, 3, operator="normalized")
+    assert torch.allclose(normalized_laplacian(W) @ U, U * vals, atol=1e-10)
+
+
+def test_trivial_vector_dropped_even_on_a_disconnected_graph():
+    # three separated blobs: eigenvalue 0 has multiplicity 3
+    rng = np.random.default_rng(0)
+    X = np.concatenate([rng.normal(loc=c, scale=0.1, size=(60, 2)) for c in (0, 5, 10)]).astype(np.float32)
+    W = sparse_affinity(X, GraphConfig(n_neighbors=8, scale_neighbor=3))
+    with pytest.warns(DisconnectedGraphWarning, match="3 connected components"):
+        U, vals = sparse_spectral_embedding(W, 2, operator="unnormalized", drop_trivial=True)
+    np.testing.assert_allclose(vals, 0.0, atol=1e-8)
+    assert np.abs(U.sum(axis=0)).max() < 1e-8  # orthogonal to the constant vector
+    labels = np.repeat(np.arange(3), 60)
+    assert metrics.clustering_accuracy(labels, metrics.kmeans_labels(U, 3)) == 1.0
+    with pytest.raises(ValueError, match="3 connected components"):
+        sparse_spectral_embedding(W, 1, operator="unnormalized", drop_trivial=False)
+
+
+def test_grassmann_distance_properties(rng):
+    Y = rng.normal(size=(100, 4))
+    R = rng.normal(size=(4, 4)) + 3 * np.eye(4)
+    assert metrics.grassmann_distance(Y, Y @ R) < 1e-10
+    Q = np.linalg.qr(rng.normal(size=(100, 8)))[0]
+    assert metrics.grassmann_distance(Q[:, :4], Q[:, 4:]) == pytest.approx(4.0, abs=1e-10)
+    for _ in range(20):
+        d = metrics.grassmann_distance(rng.normal(size=(50, 4)), rng.normal(size=(50, 4)))
+        assert 0.0 <= d <= 4.0
+
+
+def test_orthogonality_measure():
+    Q = np.linalg.qr(np.random.default_rng(0).normal(size=(50, 3)))[0]
+    assert metrics.orthogonality(Q * [1.0, 5.0, 0.2]) < 1e-20  # column scale does not count
+    Y = np.array([[1.0, 1.0], [0.0, 1.0]])
+    # normalised columns (1,0), (1,1)/sqrt2: off-diagonal 1/sqrt2 twice
+    assert metrics.orthogonality(Y) == pytest.approx(1.0)
+    assert metrics.orthogonality(Y, variant="code") == pytest.approx(1.0)
+    Y3 = np.array([[1.0, 1.0, 0.0], [0.0, 1.0, 1.0], [0.0, 0.0, 1.0]])
+    assert metrics.orthogonality(Y3, variant="code") == pytest.approx(np.sqrt(metrics.orthogonality(Y3)))
+
+
+def test_acc_of_a_label_permutation_is_one():
+    truth = np.repeat(np.arange(5), 20)
+    permuted = np.array([3, 0, 4, 1, 2])[truth]
+    assert metrics.clustering_accuracy(truth, permuted) == 1.0
+    assert metrics.nmi(truth, permuted) == pytest.approx(1.0)
+
+
+def test_nmi_matches_hand_computed_case():
+    truth = np.array([0, 0, 1, 1])
+    predicted = np.array([0, 0, 0, 1])
+    # I = H(pred) - H(pred|truth) = H(.75,.25) - 0.5*1 ; H(truth)=1 (bits), max normaliser = 1
+    h = lambda p: -sum(x * np.log(x) for x in p if x > 0)  # noqa: E731
+    mutual = h([0.75, 0.25]) - 0.5 * h([0.5, 0.5])
+    expected = mutual / max(h([0.5, 0.5]), h([0.75, 0.25]))
+    assert metrics.nmi(truth, predicted) == pytest.approx(expected)
+    arithmetic = mutual / ((h([0.5, 0.5]) + h([0.75, 0.25])) / 2)
+    assert metrics.nmi(truth, predicted, variant="code") == pytest.approx(arithmetic)
+
+
+def test_linear_probe_separates_separable_classes(rng):
+    X = np.concatenate([rng.normal(-2, 0.3, size=(100, 2)), rng.normal(2, 0.3, size=(100, 2))])
+    y = np.repeat([0, 1], 100)
+    # one batch per epoch here, so the probe needs more epochs than on MNIST (229 steps each)
+    assert metrics.linear_probe_accuracy(X, y, X, y, epochs=300, lr=5e-2) == 100.0
+    assert metrics.linear_probe_accuracy(X, y, X, y, epochs=300, lr=5e-2, seed=1) == 100.0
+
+
+def test_graph_options(rng):
+    X = torch.as_tensor(rng.normal(size=(50, 3)))
+    for options in ({"scale": "global"}, {"scale": "fixed", "sigma": 1.0}, {"kernel": "code"}, {"symmetrize": "max"},
+                    {"self_loops": False}):
+        W = dense_affinity(X, GraphConfig(n_neighbors=6, scale_neighbor=3, **options))
+        assert torch.allclose(W, W.T)
+        assert ((W > 0).sum(1) >= 5).all()
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        GraphConfig(kernel="laplace")
+    with pytest.raises(ValueError, match="unknown graph option"):
+        GraphConfig.from_dict({"k": 3})
+    with pytest.raises(ValueError, match="smaller than the batch size"):
+        dense_affinity(X, GraphConfig(n_neighbors=50))
+    # kernel forms: exp(-d^2/2s^2) vs exp(-d^2/s^2) on the same edge
+    paper = dense_affinity(X, GraphConfig(n_neighbors=6, scale="fixed", sigma=1.0, symmetrize="max", self_loops=False))
+    code = dense_affinity(X, GraphConfig(n_neighbors=6, scale="fixed", sigma=1.0, kernel="code", symmetrize="max", self_loops=False))
+    edge = paper > 0
+    assert torch.allclose(code[edge], paper[edge] ** 2)
+
+
+def test_sparse_affinity_matches_dense(rng):
+    X = rng.normal(size=(120, 4)).astype(np.float32)
+    config = GraphConfig(n_neighbors=10)
+    dense = dense_affinity(torch.as_tensor(X, dtype=torch.float64), config).numpy()
+    np.testing.assert_allclose(sparse_affinity(X, config).toarray(), dense, atol=1e-5)
