@@ -2,6 +2,7 @@
 # Each sets up .venv first, so both work on a fresh clone with only Python 3.11.
 PYTHON ?= python3.11
 VENV := .venv
+export PATH := $(abspath $(VENV))/bin:$(PATH)
 STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml

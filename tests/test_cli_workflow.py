@@ -1,0 +1,80 @@
+"""The command line and the workflow's config checks."""
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _basis(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "basis", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def test_run_prints_the_documented_json(tmp_path):
+    done = _basis("run", "--method", "basis", "--dataset", "blobs", "--json", "--device", "cpu", "--out", str(tmp_path),
+                  "--set", "n_iter=30", "--set", "batch_size=128", "--set", "graph.n_neighbors=10",
+                  "--set", "eval.probe_epochs=2", "--set", "anchors_per_class=5")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert set(result) == {"d_G", "d_perp", "nmi", "acc", "accuracy", "train_seconds", "device"}
+    assert 0 <= result["d_G"] <= 4 and result["device"] == "cpu"
+    assert (tmp_path / "model.pt").exists() and (tmp_path / "embedding.npz").exists()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--method", "basis", "--dataset", "two_moons", "--set", "graph.k=3"], "unknown key 'graph.k'"),
+        (["--method", "specnet2", "--dataset", "two_moons", "--set", "anchors=random"], "unknown key 'anchors'"),
+        (["--method", "basis", "--dataset", "two_moons", "--set", "graph.n_neighbors=600"], "must be smaller than batch_size"),
+        (["--method", "basis", "--dataset", "two_moons", "--set", "graph.kernel=box"], "kernel must be one of"),
+    ],
+)
+def test_run_rejects_bad_settings_with_a_clear_message(args, message):
+    done = _basis("run", *args, "--device", "cpu")
+    assert done.returncode == 2
+    assert message in done.stderr
+
+
+def test_run_rejects_unknown_dataset_listing_choices():
+    done = _basis("run", "--method", "basis", "--dataset", "imagenet")
+    assert done.returncode == 2 and "three_moons" in done.stderr
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    for name in ("Snakefile", "workflow", "config"):
+        source = ROOT / name
+        (shutil.copytree if source.is_dir() else shutil.copy)(source, tmp_path / name)
+    return tmp_path
+
+
+def _snakemake(workdir, *args):
+    return subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", *args], capture_output=True, text=True,
+                          timeout=300, cwd=workdir)
+
+
+def test_dry_run_of_the_paper_config_lists_every_job(workdir):
+    done = _snakemake(workdir, "-n", "--quiet", "rules")
+    assert done.returncode == 0, done.stderr
+    counts = dict(line.split() for line in (done.stdout + done.stderr).splitlines()
+                  if line.split() and line.split()[0] in {"siamese_features", "train_and_evaluate", "table1"}
+                  and len(line.split()) == 2)
+    # 4 data sets x 4 methods x 10 seeds, one feature network per data set, one table
+    assert counts == {"siamese_features": "4", "train_and_evaluate": "160", "table1": "1"}
+
+
+def test_bad_config_stops_before_any_job(workdir):
+    config = (workdir / "config" / "config.yaml").read_text().replace("seeds: 10", "seeds: ten")
+    (workdir / "config" / "config.yaml").write_text(config)
+    done = _snakemake(workdir, "-n")
+    assert done.returncode != 0
+    assert "seeds" in done.stderr + done.stdout
+    config = (workdir / "config" / "config.yaml").read_text().replace("seeds: ten", "seeds: 2\nbatchsize: 3")
+    (workdir / "config" / "config.yaml").write_text(config)
+    done = _snakemake(workdir, "-n")
+    assert done.returncode != 0 and "batchsize" in done.stderr + done.stdout
