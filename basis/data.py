@@ -192,6 +192,8 @@ def load_bunny(
 
 
 IMAGE_SETS = ("mnist", "fashion_mnist", "svhn", "cifar10")
+#: Data sets whose images are embedded through Siamese features before the spectral methods.
+FEATURE_SETS = (*IMAGE_SETS, "digits")
 DATASETS = (*toy.TOY_SETS, "digits", "bunny", *IMAGE_SETS)
 
 

@@ -1,14 +1,14 @@
 from snakemake.utils import validate
 
+from basis.data import FEATURE_SETS
+
 
 validate(config, schema="../schemas/config.schema.yaml")
-
-IMAGE_SETS = {"mnist", "fashion_mnist", "svhn", "cifar10", "digits"}
 
 
 def feature_input(wildcards):
     """Image sets are embedded through Siamese features; others are used raw."""
-    if wildcards.dataset in IMAGE_SETS:
+    if wildcards.dataset in FEATURE_SETS:
         return f"results/features/{wildcards.dataset}.npz"
     return []
 
