@@ -204,7 +204,7 @@ class SpectralEstimator:
         self.generator_ = torch.Generator().manual_seed(self.seed)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
-            self.model_ = SpectralMLP(X.shape[1], self.n_components, self.hidden).to(self.device_)
+            self.model_ = self._build_model(X.shape[1]).to(self.device_)
         X_t = torch.from_numpy(X).to(self.device_)
         self._prepare(X_t, y)
         optimizer = self._optimizer()
@@ -237,6 +237,9 @@ class SpectralEstimator:
     def _timed_batch(self, X: torch.Tensor) -> tuple[Any, StepTimer]:
         timer = StepTimer(self.device_)
         return self._next_batch(X, timer), timer
+
+    def _build_model(self, in_dim: int) -> SpectralMLP:
+        return SpectralMLP(in_dim, self.n_components, self.hidden)
 
     def _optimizer(self) -> torch.optim.Optimizer:
         return torch.optim.Adam(self.model_.parameters(), lr=self.lr)
@@ -322,7 +325,7 @@ class SpectralEstimator:
             estimator = cls(**params)
             estimator.device_ = resolve_device(device)
             estimator.n_features_in_ = int(state["n_features_in"])
-            estimator.model_ = SpectralMLP(estimator.n_features_in_, estimator.n_components, estimator.hidden)
+            estimator.model_ = estimator._build_model(estimator.n_features_in_)
             estimator.model_.load_state_dict(state["state_dict"])
         except (KeyError, TypeError, RuntimeError, EOFError, OSError) as err:
             if isinstance(err, FileNotFoundError):
@@ -559,12 +562,20 @@ class SpecNet1(SpectralEstimator):
     """SpectralNet (Shaham et al.): ratio-cut loss with an orthonormalisation layer.
 
     Each step computes the orthonormalisation weights W_orth = sqrt(m) R^-1 from the QR
-    of the net's output on a separate batch (sign fixed so that diag R > 0), then
-    minimises ``spectralnet_loss`` (1/m^2) sum_ij W_ij ||y_i - y_j||^2 on the training
+    of the net's output on a separate batch (sign fixed so that diag R > 0; gradients
+    flow through it, as in the PyTorch package 1.1.0), then minimises ``spectralnet_loss`` (1/m^2) sum_ij W_ij ||y_i - y_j||^2 on the training
     batch. For L_N the outputs are divided by sqrt(degree) inside the loss. The last
     W_orth is stored for inference. SpectralNet learns the K smallest eigenvectors
-    including the trivial one.
+    including the trivial one. Its last layer is bounded by ``output_activation``
+    (tanh, as in SpectralNet) before the orthonormalisation.
     """
+
+    def __init__(self, n_components: int = 10, *, output_activation: str | None = "tanh", **common: Any):
+        super().__init__(n_components, **common)
+        self.output_activation = output_activation
+
+    def _build_model(self, in_dim: int) -> SpectralMLP:
+        return SpectralMLP(in_dim, self.n_components, self.hidden, output_activation=self.output_activation)
 
     def _validate(self, n_samples: int) -> None:
         super()._validate(n_samples)
@@ -573,18 +584,23 @@ class SpecNet1(SpectralEstimator):
         if self.operator == "diffusion":
             raise ValueError("SpecNet1 learns L or L_N eigenvectors: operator must be 'unnormalized' or 'normalized'")
 
+    def _orthonormal_weights(self, X_orth: torch.Tensor) -> torch.Tensor:
+        """W_orth = sqrt(m) R^-1 from the QR of the net's output on ``X_orth`` (diag R > 0),
+        in float64 and differentiable; the stored copy for inference is detached."""
+        q, r = torch.linalg.qr(self.model_(X_orth).double())
+        signs = torch.sign(torch.diagonal(r)).detach()
+        signs[signs == 0] = 1
+        w_orth = np.sqrt(X_orth.shape[0]) * torch.linalg.inv(r * signs[:, None])
+        with torch.no_grad():
+            self.model_.output_map.copy_(w_orth)
+        return w_orth
+
     def orthonormalize(self, X_batch: torch.Tensor) -> torch.Tensor:
         """Recompute W_orth from ``X_batch`` and return the orthonormal output Y (m x K)
         with Y^T Y / m = I."""
         with torch.no_grad():
-            raw = self.model_(X_batch).double()
-            q, r = torch.linalg.qr(raw)
-            signs = torch.sign(torch.diagonal(r))
-            signs[signs == 0] = 1
-            r = r * signs[:, None]
-            w_orth = np.sqrt(raw.shape[0]) * torch.linalg.inv(r)
-            self.model_.output_map.copy_(w_orth)
-        return raw @ w_orth
+            w_orth = self._orthonormal_weights(X_batch)
+            return self.model_(X_batch).double() @ w_orth
 
     def _next_batch(self, X: torch.Tensor, timer: StepTimer) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         X_orth = X[self._sample(X.shape[0], self.batch_size).to(X.device)]
@@ -595,10 +611,12 @@ class SpecNet1(SpectralEstimator):
 
     def _batch_loss(self, X: torch.Tensor, batch, timer: StepTimer) -> tuple[torch.Tensor, dict[str, float]]:
         X_orth, X_batch, W = batch
-        with timer("orthonormalisation"):
-            self.orthonormalize(X_orth)
         with timer("gradient"):
-            Y = self.model_(X_batch) @ self.model_.output_map.to(X_batch.dtype)
+            # As in the PyTorch package, the gradient also flows through W_orth (the QR of
+            # the orthonormalisation batch); with W_orth held fixed the net can lower the
+            # loss by shrinking its output, which the next W_orth undoes, and it collapses.
+            Y = self.model_(X_batch).double() @ self._orthonormal_weights(X_orth)
+            W = W.double()
             if self.operator == "normalized":
                 Y = Y / W.sum(dim=1, keepdim=True).sqrt()
             loss = spectralnet_loss(Y, W)

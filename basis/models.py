@@ -11,18 +11,25 @@ HIDDEN_WIDTHS = (256, 512, 512, 256)
 class SpectralMLP(nn.Module):
     """Fully connected net d -> hidden... -> K with ReLU in between and a linear output.
 
-    ``output_map`` (K x K, float64) is applied by :meth:`embed` after the linear output:
+    ``output_activation="tanh"`` bounds the output as SpectralNet's last layer does.
+    ``output_map`` (K x K, float64) is applied by :meth:`embed` after the output:
     identity for BASiS and Diffusion Net, SpecNet1's orthonormalisation weights, or
     SpecNet2's post-processing matrix O. It is a buffer, so it is saved with the model.
     """
 
-    def __init__(self, in_dim: int, out_dim: int, hidden: tuple[int, ...] = HIDDEN_WIDTHS):
+    def __init__(
+        self, in_dim: int, out_dim: int, hidden: tuple[int, ...] = HIDDEN_WIDTHS, output_activation: str | None = None
+    ):
         super().__init__()
+        if output_activation not in (None, "tanh"):
+            raise ValueError(f"output_activation must be None or 'tanh', got {output_activation!r}")
         widths = (in_dim, *hidden)
         layers: list[nn.Module] = []
         for w_in, w_out in zip(widths[:-1], widths[1:]):
             layers += [nn.Linear(w_in, w_out), nn.ReLU()]
         layers.append(nn.Linear(widths[-1], out_dim))
+        if output_activation == "tanh":
+            layers.append(nn.Tanh())
         self.net = nn.Sequential(*layers)
         self.register_buffer("output_map", torch.eye(out_dim, dtype=torch.float64))
 
