@@ -1,4 +1,4 @@
-# BASiS reproduction: regenerate Table 1 with `snakemake --cores all`.
+# BASiS reproduction: regenerate the paper's results with `snakemake --cores all`.
 from snakemake.utils import min_version
 
 min_version("9.0")
@@ -8,11 +8,14 @@ configfile: "config/config.yaml"
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/tracking.smk"
 include: "workflow/rules/features.smk"
 include: "workflow/rules/training.smk"
 include: "workflow/rules/paper.smk"
 
 
+
 rule all:
     input:
         "results/paper/table1.md",
+        "results/paper/comparison.md",

@@ -5,6 +5,7 @@ import argparse
 import json
 import logging
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -21,21 +22,63 @@ def _print(result: dict, as_json: bool) -> None:
             print(f"{key:>16}: {value}")
 
 
+@contextmanager
+def _maybe_tracked(args: argparse.Namespace, run_name: str, tags: dict[str, str]):
+    """An MLflow run when ``--track EXPERIMENT`` is given, else nothing."""
+    if not args.track:
+        yield None
+        return
+    from basis.experiment import parse_assignment
+    from basis.tracking import tracked_run
+
+    for text in args.tag:
+        path, value = parse_assignment(text)
+        tags[".".join(path)] = str(value)
+    with tracked_run(args.track, run_name, tags, store=args.store) as run:
+        yield run
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from basis.experiment import load_inputs, resolve_settings, run_method
 
     settings = resolve_settings(args.method, assignments=args.set)
     data = load_inputs(args.dataset, args.features, seed=args.seed, root=args.data_root)
-    result = run_method(args.method, data, seed=args.seed, device=args.device, settings=settings)
-    output = {k: result.metrics[k] for k in ("d_G", "d_perp", "nmi", "acc", "accuracy", "train_seconds")}
-    output["device"] = str(result.estimator.device_)
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        result.estimator.save(out / "model.pt")
-        np.savez(out / "embedding.npz", test=result.test_embedding, reference=result.reference_embedding, labels=data.y_test)
-        (out / "metrics.json").write_text(json.dumps(output, indent=2))
+    tags = {"dataset": args.dataset, "method": args.method, "seed": str(args.seed)}
+    with _maybe_tracked(args, f"{args.dataset}-{args.method}-seed{args.seed}", tags) as run:
+        if run:
+            run.log_params({"method": args.method, "dataset": args.dataset, "seed": args.seed, "device": args.device,
+                            "features": args.features or "raw", **settings})
+        result = run_method(args.method, data, seed=args.seed, device=args.device, settings=settings,
+                            callback=run.log_step if run else None)
+        output = {k: result.metrics[k] for k in ("d_G", "d_perp", "nmi", "acc", "accuracy", "train_seconds")}
+        output["device"] = str(result.estimator.device_)
+        if args.out:
+            out = Path(args.out)
+            out.mkdir(parents=True, exist_ok=True)
+            result.estimator.save(out / "model.pt")
+            np.savez(out / "embedding.npz", test=result.test_embedding, reference=result.reference_embedding, labels=data.y_test)
+            (out / "metrics.json").write_text(json.dumps(output, indent=2))
+        if run:
+            run.log_metrics({k: v for k, v in output.items() if k != "device"})
+            if args.out:
+                for name in ("metrics.json", "embedding.npz", "model.pt"):
+                    run.log_artifact(Path(args.out) / name)
+            run.log_torch_model(result.estimator.model_, np.asarray(data.X_test[:2], dtype=np.float32))
     _print(output, args.json)
+    return 0
+
+
+def cmd_tracking(args: argparse.Namespace) -> int:
+    from basis import tracking
+
+    if args.action == "setup":
+        ids = tracking.ensure_experiments(args.experiment, store=args.store)
+        if args.flag:
+            Path(args.flag).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.flag).write_text(json.dumps({"tracking_uri": tracking.tracking_uri(args.store), "experiments": ids}, indent=2))
+        _print(ids, args.json)
+    else:
+        _print({"closed": tracking.close_stale_runs(store=args.store)}, args.json)
     return 0
 
 
@@ -55,15 +98,25 @@ def cmd_features(args: argparse.Namespace) -> int:
     data = load_dataset(args.dataset, seed=args.seed, root=args.data_root)
     if not data.is_image:
         raise ValueError(f"data set {args.dataset!r} has no images; Siamese features need one of the image sets or digits")
-    result = train_features(data.X_train, data.y_train, data.X_test, data.y_test, seed=args.seed, device=args.device,
-                            progress=not args.json, **options)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(out, X_train=result["train"], y_train=data.y_train, X_test=result["test"], y_test=data.y_test)
-    if args.checkpoint:
-        result["model"].save(args.checkpoint)
-    _print({"dim": int(result["train"].shape[1]), "train_seconds": result["train_seconds"],
-            "knn_accuracy": result["knn_accuracy"], "device": str(result["model"].device_)}, args.json)
+    with _maybe_tracked(args, f"{args.dataset}-features-seed{args.seed}", {"dataset": args.dataset, "seed": str(args.seed)}) as run:
+        if run:
+            run.log_params({"dataset": args.dataset, "seed": args.seed, "device": args.device, **options})
+        result = train_features(data.X_train, data.y_train, data.X_test, data.y_test, seed=args.seed, device=args.device,
+                                progress=not args.json, **options)
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        np.savez(out, X_train=result["train"], y_train=data.y_train, X_test=result["test"], y_test=data.y_test)
+        if args.checkpoint:
+            result["model"].save(args.checkpoint)
+        output = {"dim": int(result["train"].shape[1]), "train_seconds": result["train_seconds"],
+                  "knn_accuracy": result["knn_accuracy"], "device": str(result["model"].device_)}
+        if run:
+            for step, loss in enumerate(result["model"].loss_curve_):
+                run.log_step(step, {"contrastive_loss": loss})
+            run.log_metrics({k: v for k, v in output.items() if k != "device"})
+            if args.checkpoint:
+                run.log_artifact(args.checkpoint)
+    _print(output, args.json)
     return 0
 
 
@@ -106,7 +159,18 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--k-eig", type=int, default=10, help="eigenvectors K")
     bench.set_defaults(func=cmd_bench)
 
-    for command in (run, features, bench):
+    tracking = sub.add_parser("tracking", help="MLflow store upkeep: create experiments, close runs of killed jobs")
+    tracking.add_argument("action", choices=["setup", "close-stale"])
+    tracking.add_argument("--experiment", action="append", default=[], help="experiment to create (setup)")
+    tracking.add_argument("--flag", help="file to write once the experiments exist (setup)")
+    tracking.set_defaults(func=cmd_tracking)
+
+    for command in (run, features):
+        command.add_argument("--track", metavar="EXPERIMENT", help="log this job as one MLflow run in EXPERIMENT")
+        command.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE", help="extra run tag (with --track)")
+    for command in (run, features, tracking):
+        command.add_argument("--store", default="results/mlflow", help="folder of the SQLite store (unless MLFLOW_TRACKING_URI is set)")
+    for command in (run, features, bench, tracking):
         command.add_argument("--seed", type=int, default=0)
         command.add_argument("--device", default="auto")
         command.add_argument("--json", action="store_true", help="print one JSON object")

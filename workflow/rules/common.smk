@@ -1,9 +1,31 @@
+import subprocess
+import sys
+from pathlib import Path
+
 from snakemake.utils import validate
 
 from basis.data import FEATURE_SETS
+from basis.tracking import config_hash
 
 
 validate(config, schema="../schemas/config.schema.yaml")
+
+EXPERIMENTS = {stage: f"{config['tracking']['experiment_prefix']}-{stage}" for stage in ("features", "runs", "paper")}
+TRACKING_FLAG = "results/mlflow/experiments.json"
+
+
+def close_stale_runs():
+    """Runs left RUNNING by a killed job are marked KILLED when an invocation starts.
+
+    Done on every real invocation, in the main process only (cluster jobs re-parse this
+    file): after a kill the next invocation may have nothing to do, so an onstart hook,
+    which runs only when there are jobs, could leave them RUNNING. It assumes no other
+    invocation is logging to the same store at that moment."""
+    subprocess.run([sys.executable, "-m", "basis", "tracking", "close-stale", "--json"], check=False)
+
+
+if workflow.is_main_process and not workflow.dryrun:
+    close_stale_runs()
 
 
 def feature_input(wildcards):
@@ -21,3 +43,12 @@ def method_settings(wildcards):
     assignments += [f"graph.{k}={v}" for k, v in graph.items()]
     assignments += [f"{k}={v}" for k, v in config["methods"].get(wildcards.method, {}).items()]
     return assignments
+
+
+def run_tags(wildcards, rule):
+    """MLflow tags naming the job: its rule, every wildcard, the config and a hash of its section."""
+    section = {"protocol": config["protocol"], "method": config["methods"].get(wildcards.get("method"), {}),
+               "features": config["features"]}
+    tags = {"rule": rule, "config_name": config["name"], "config_hash": config_hash(section)}
+    tags.update({key: value for key, value in wildcards.items()})
+    return [f"{key}={value}" for key, value in tags.items()]

@@ -1,4 +1,6 @@
 rule siamese_features:
+    input:
+        TRACKING_FLAG,
     output:
         features="results/features/{dataset}.npz",
         checkpoint="results/features/{dataset}_siamese.pt",
@@ -7,11 +9,15 @@ rule siamese_features:
     benchmark:
         "results/benchmarks/features/{dataset}.tsv"
     params:
-        n_steps=config["features"]["n_steps"],
-        data_root=config["data_root"],
+        command=lambda wildcards, output: [
+            "features", "--dataset", wildcards.dataset, "--out", output.features,
+            "--checkpoint", output.checkpoint, "--set", f"n_steps={config['features']['n_steps']}",
+            "--data-root", config["data_root"], "--track", EXPERIMENTS["features"],
+        ],
+        tags=lambda wildcards: run_tags(wildcards, "siamese_features"),
     resources:
         gpu=1,
-    shell:
-        "python -m basis features --dataset {wildcards.dataset} --out {output.features}"
-        " --checkpoint {output.checkpoint} --set n_steps={params.n_steps}"
-        " --data-root {params.data_root} --json > {log} 2>&1"
+    conda:
+        "../envs/basis.yaml"
+    script:
+        "../scripts/basis_command.py"

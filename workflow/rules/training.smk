@@ -1,5 +1,6 @@
 rule train_and_evaluate:
     input:
+        flag=TRACKING_FLAG,
         features=feature_input,
     output:
         metrics="results/runs/{dataset}/{method}/seed{seed}/metrics.json",
@@ -10,10 +11,17 @@ rule train_and_evaluate:
     benchmark:
         "results/benchmarks/runs/{dataset}/{method}/seed{seed}.tsv"
     params:
-        settings=method_settings,
-        features=lambda wildcards, input: ["--features", input.features] if input.features else [],
-        data_root=config["data_root"],
+        command=lambda wildcards, input, output: [
+            "run", "--method", wildcards.method, "--dataset", wildcards.dataset, "--seed", wildcards.seed,
+            "--out", str(Path(output.metrics).parent), "--data-root", config["data_root"],
+            "--track", EXPERIMENTS["runs"],
+            *(["--features", input.features] if input.features else []),
+            *[item for assignment in method_settings(wildcards) for item in ("--set", assignment)],
+        ],
+        tags=lambda wildcards: run_tags(wildcards, "train_and_evaluate"),
     resources:
         gpu=1,
+    conda:
+        "../envs/basis.yaml"
     script:
-        "../scripts/run_method.py"
+        "../scripts/basis_command.py"

@@ -1,20 +1,27 @@
-"""Mean +/- std over seeds of every data set x method x measure."""
+"""Assemble Table 1 and the paper comparison from the runs' metrics, and log them to MLflow."""
 import json
+import sys
 from pathlib import Path
 
 import pandas as pd
 
-smk = snakemake  # noqa: F821
-rows = []
-for path in map(Path, smk.input):
-    method, dataset = path.parts[-3], path.parts[-4]
-    rows.append({"dataset": dataset, "method": method, **json.loads(path.read_text())})
-frame = pd.DataFrame(rows)
-measures = ["d_G", "d_perp", "nmi", "acc", "accuracy"]
-summary = frame.groupby(["dataset", "method"])[measures].agg(["mean", "std"])
-summary.to_csv(smk.output.csv)
-lines = ["| dataset | method | " + " | ".join(measures) + " |", "|---|---|" + "---|" * len(measures)]
-for (dataset, method), row in summary.iterrows():
-    cells = [f"{row[(m, 'mean')]:.3f} ± {row[(m, 'std')]:.3f}" for m in measures]
-    lines.append(f"| {dataset} | {method} | " + " | ".join(cells) + " |")
-Path(smk.output.markdown).write_text("\n".join(lines) + "\n")
+from basis.paper import comparison_markdown, summarize, table_latex, table_markdown
+from basis.tracking import tracked_run
+
+smk = snakemake  # noqa: F821 (injected by Snakemake)
+with open(smk.log[0], "w") as log:
+    sys.stderr = sys.stdout = log
+    rows = []
+    for path in map(Path, smk.input.metrics):
+        dataset, method = path.parts[-4], path.parts[-3]
+        rows.append({"dataset": dataset, "method": method, "seed": path.parts[-2], **json.loads(path.read_text())})
+    summary = summarize(pd.DataFrame(rows))
+    summary.to_csv(smk.output.csv)
+    Path(smk.output.markdown).write_text(table_markdown(summary))
+    Path(smk.output.tex).write_text(table_latex(summary))
+    Path(smk.output.comparison).write_text(comparison_markdown(summary))
+    tags = dict(tag.split("=", 1) for tag in smk.params.tags)
+    with tracked_run(smk.params.experiment, "table1", tags) as run:
+        run.log_params({"n_runs": len(rows)})
+        for name in ("markdown", "csv", "tex", "comparison"):
+            run.log_artifact(smk.output[name])

@@ -1,0 +1,196 @@
+"""Experiment tracking with MLflow: one run per training or evaluation job.
+
+By default runs go to an embedded SQLite store, ``results/mlflow/mlflow.db``, with
+artifacts under ``results/mlflow/artifacts``. No server is needed. Setting
+``MLFLOW_TRACKING_URI`` sends them to a server instead, which is what a cluster
+should do. The client API is used throughout (not the fluent one), so nothing depends
+on a process-global active run.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+DEFAULT_STORE = Path("results/mlflow")
+#: Tags that identify "the same job"; a newer finished run supersedes older ones with equal values.
+KEY_TAGS = ("rule", "dataset", "method", "seed", "config_name")
+STEP_FLUSH = 100
+
+
+def tracking_uri(store: str | Path = DEFAULT_STORE) -> str:
+    """``MLFLOW_TRACKING_URI`` if set, else the SQLite file under ``store``."""
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"]
+    store = Path(store).resolve()
+    store.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{store / 'mlflow.db'}"
+
+
+def client(store: str | Path = DEFAULT_STORE):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=tracking_uri(store))
+
+
+def ensure_experiments(names: list[str], store: str | Path = DEFAULT_STORE) -> dict[str, str]:
+    """Create the experiments that do not exist yet; returns name -> id.
+
+    Meant to run once, before the jobs that log to them. A concurrent creator
+    (RESOURCE_ALREADY_EXISTS) is tolerated."""
+    from mlflow.exceptions import MlflowException
+
+    mlflow_client = client(store)
+    artifacts = None if os.environ.get("MLFLOW_TRACKING_URI") else (Path(store).resolve() / "artifacts").as_uri()
+    ids = {}
+    for name in names:
+        experiment = mlflow_client.get_experiment_by_name(name)
+        if experiment is None:
+            try:
+                location = f"{artifacts}/{name}" if artifacts else None
+                ids[name] = mlflow_client.create_experiment(name, artifact_location=location)
+                continue
+            except MlflowException:
+                experiment = mlflow_client.get_experiment_by_name(name)
+                if experiment is None:
+                    raise
+        ids[name] = experiment.experiment_id
+    return ids
+
+
+def config_hash(section: Any) -> str:
+    """Short stable hash of a JSON-serialisable config section."""
+    return hashlib.sha256(json.dumps(section, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def git_commit() -> str:
+    try:
+        done = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        return done.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _flatten(f"{prefix}.{key}" if prefix else str(key), item, out)
+    else:
+        out[prefix] = json.dumps(value) if isinstance(value, (list, tuple)) else str(value)
+
+
+class TrackedRun:
+    """One MLflow run: params, per-step metrics (buffered), final metrics, artifacts."""
+
+    def __init__(self, mlflow_client, run_id: str):
+        self.client = mlflow_client
+        self.run_id = run_id
+        self._pending: list = []
+
+    def log_params(self, params: dict[str, Any]) -> None:
+        from mlflow.entities import Param
+
+        flat: dict[str, str] = {}
+        _flatten("", params, flat)
+        items = [Param(k, v[:6000]) for k, v in sorted(flat.items())]
+        for start in range(0, len(items), 100):
+            self.client.log_batch(self.run_id, params=items[start : start + 100])
+
+    def log_step(self, step: int, values: dict[str, float]) -> None:
+        """Buffer one step's metrics; written in batches to keep the store fast."""
+        from mlflow.entities import Metric
+
+        stamp = int(time.time() * 1000)
+        self._pending += [Metric(k, float(v), stamp, step) for k, v in values.items() if v == v]
+        if len(self._pending) >= STEP_FLUSH * 5:
+            self.flush()
+
+    def flush(self) -> None:
+        for start in range(0, len(self._pending), 1000):
+            self.client.log_batch(self.run_id, metrics=self._pending[start : start + 1000])
+        self._pending = []
+
+    def log_metrics(self, values: dict[str, float]) -> None:
+        """Final (step-free) metrics, in one batch."""
+        from mlflow.entities import Metric
+
+        stamp = int(time.time() * 1000)
+        self.client.log_batch(self.run_id, metrics=[Metric(k, float(v), stamp, 0) for k, v in values.items()])
+
+    def log_artifact(self, path: str | Path, folder: str | None = None) -> None:
+        self.client.log_artifact(self.run_id, str(path), folder)
+
+    def log_torch_model(self, module, input_example) -> None:
+        """The network as an MLflow PyTorch model (a LoggedModel in MLflow 3), traced
+        on ``input_example`` (a few input rows) from a CPU copy."""
+        import copy
+
+        import mlflow
+
+        with mlflow.start_run(run_id=self.run_id):
+            mlflow.pytorch.log_model(copy.deepcopy(module).cpu().eval(), name="model", input_example=input_example,
+                                     pip_requirements=["torch==2.14.1", "basis-repro"])
+
+
+@contextmanager
+def tracked_run(experiment: str, run_name: str, tags: dict[str, str], store: str | Path = DEFAULT_STORE) -> Iterator[TrackedRun]:
+    """Start a run; it ends FINISHED, or FAILED if the body raises, and a finished run
+    marks older finished runs with the same key tags as ``superseded``."""
+    import mlflow
+
+    mlflow.set_tracking_uri(tracking_uri(store))
+    mlflow_client = client(store)
+    experiment_id = ensure_experiments([experiment], store)[experiment]
+    all_tags = {"git_commit": git_commit(), **{k: str(v) for k, v in tags.items()}}
+    run = mlflow_client.create_run(experiment_id, run_name=run_name, tags=all_tags)
+    tracked = TrackedRun(mlflow_client, run.info.run_id)
+    try:
+        yield tracked
+        tracked.flush()
+    except BaseException:
+        tracked.flush()
+        mlflow_client.set_terminated(run.info.run_id, "FAILED")
+        raise
+    mlflow_client.set_terminated(run.info.run_id, "FINISHED")
+    supersede_older(mlflow_client, experiment_id, all_tags, run.info.run_id)
+
+
+def supersede_older(mlflow_client, experiment_id: str, tags: dict[str, str], newest_run_id: str) -> list[str]:
+    """Tag every other finished run of the same job key as superseded by the newest."""
+    key = {k: tags[k] for k in KEY_TAGS if k in tags}
+    if not key:
+        return []
+    query = " and ".join(f"tags.{k} = '{v}'" for k, v in key.items()) + " and attributes.status = 'FINISHED'"
+    older = [r for r in mlflow_client.search_runs([experiment_id], filter_string=query, max_results=1000)
+             if r.info.run_id != newest_run_id]
+    for run in older:
+        mlflow_client.set_tag(run.info.run_id, "superseded", "true")
+        mlflow_client.set_tag(run.info.run_id, "superseded_by", newest_run_id)
+    return [r.info.run_id for r in older]
+
+
+def close_stale_runs(store: str | Path = DEFAULT_STORE) -> int:
+    """Mark runs still RUNNING (their job was killed) as KILLED; returns how many.
+
+    Called when a workflow invocation starts, so it assumes no other invocation is
+    logging to the same store at that moment."""
+    if not os.environ.get("MLFLOW_TRACKING_URI") and not (Path(store) / "mlflow.db").exists():
+        return 0
+    mlflow_client = client(store)
+    experiments = [e.experiment_id for e in mlflow_client.search_experiments()]
+    if not experiments:
+        return 0
+    stale = mlflow_client.search_runs(experiments, filter_string="attributes.status = 'RUNNING'", max_results=5000)
+    for run in stale:
+        mlflow_client.set_terminated(run.info.run_id, "KILLED")
+        mlflow_client.set_tag(run.info.run_id, "closed_by", "close_stale_runs")
+    return len(stale)

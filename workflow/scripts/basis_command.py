@@ -1,0 +1,10 @@
+"""Thin wrapper: one `python -m basis ...` call built as an argument list (never a shell string)."""
+import subprocess
+import sys
+
+smk = snakemake  # noqa: F821 (injected by Snakemake)
+command = [sys.executable, "-m", "basis", *map(str, smk.params.command), "--json"]
+for tag in smk.params.tags:
+    command += ["--tag", tag]
+with open(smk.log[0], "w") as log:
+    subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=True)
