@@ -78,3 +78,22 @@ def test_bad_config_stops_before_any_job(workdir):
     (workdir / "config" / "config.yaml").write_text(config)
     done = _snakemake(workdir, "-n")
     assert done.returncode != 0 and "batchsize" in done.stderr + done.stdout
+
+
+@pytest.mark.parametrize(
+    "old, new, message",
+    [
+        ("n_neighbors: 50,", "n_neighbors: 600,", "protocol.graph.n_neighbors (600) must be smaller than protocol.batch_size (512)"),
+        ("basis: {anchors_per_class: 25}", "basis: {anchors_per_klass: 25}", "methods.basis or protocol: unknown key 'anchors_per_klass'"),
+        ("datasets: [mnist,", "datasets: [imagenet,", "datasets"),
+        ("  specnet2: {}", "  specnet3: {}", "specnet3"),
+    ],
+)
+def test_inconsistent_config_stops_before_any_job(workdir, old, new, message):
+    path = workdir / "config" / "config.yaml"
+    assert old in path.read_text()
+    path.write_text(path.read_text().replace(old, new))
+    done = _snakemake(workdir, "-n")
+    assert done.returncode != 0
+    assert message in done.stderr + done.stdout
+    assert not (workdir / "results").exists()  # nothing ran

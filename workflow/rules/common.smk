@@ -5,6 +5,7 @@ from pathlib import Path
 from snakemake.utils import validate
 
 from basis.data import FEATURE_SETS
+from basis.experiment import resolve_settings
 from basis.tracking import config_hash
 
 
@@ -35,14 +36,37 @@ def feature_input(wildcards):
     return []
 
 
-def method_settings(wildcards):
+def settings_for(method):
     """--set arguments for one method: shared protocol, then per-method overrides."""
     shared = dict(config["protocol"])
     graph = shared.pop("graph")
     assignments = [f"{k}={v}" for k, v in shared.items()]
     assignments += [f"graph.{k}={v}" for k, v in graph.items()]
-    assignments += [f"{k}={v}" for k, v in config["methods"].get(wildcards.method, {}).items()]
+    assignments += [f"{k}={v}" for k, v in config["methods"][method].items()]
     return assignments
+
+
+def method_settings(wildcards):
+    return settings_for(wildcards.method)
+
+
+def check_config():
+    """Checks the schema cannot express, before any job: every method's settings resolve,
+    and the graph fits in a batch."""
+    protocol = config["protocol"]
+    if protocol["graph"]["n_neighbors"] >= protocol["batch_size"]:
+        raise ValueError(
+            f"config: protocol.graph.n_neighbors ({protocol['graph']['n_neighbors']}) must be smaller than"
+            f" protocol.batch_size ({protocol['batch_size']})"
+        )
+    for method in config["methods"]:
+        try:
+            resolve_settings(method, assignments=settings_for(method))
+        except ValueError as err:
+            raise ValueError(f"config: methods.{method} or protocol: {err}") from None
+
+
+check_config()
 
 
 def run_tags(wildcards, rule):
