@@ -41,7 +41,7 @@ def _maybe_tracked(args: argparse.Namespace, run_name: str, tags: dict[str, str]
 def cmd_run(args: argparse.Namespace) -> int:
     from basis.experiment import load_inputs, resolve_settings, run_method
 
-    settings = resolve_settings(args.method, assignments=args.set)
+    settings = resolve_settings(args.method, assignments=args.set, dataset=args.dataset)
     data = load_inputs(args.dataset, args.features, seed=args.seed, root=args.data_root)
     tags = {"dataset": args.dataset, "method": args.method, "seed": str(args.seed)}
     with _maybe_tracked(args, f"{args.dataset}-{args.method}-seed{args.seed}", tags) as run:
