@@ -24,7 +24,8 @@ log = logging.getLogger(__name__)
 DEFAULT_STORE = Path("results/mlflow")
 #: Tags that identify "the same job"; a newer finished run supersedes older ones with equal values.
 KEY_TAGS = ("rule", "dataset", "method", "seed", "config_name")
-STEP_FLUSH = 100
+#: Per-step metric points buffered before one batched write.
+FLUSH_EVERY_POINTS = 500
 
 
 def tracking_uri(store: str | Path = DEFAULT_STORE) -> str:
@@ -111,7 +112,7 @@ class TrackedRun:
 
         stamp = int(time.time() * 1000)
         self._pending += [Metric(k, float(v), stamp, step) for k, v in values.items() if v == v]
-        if len(self._pending) >= STEP_FLUSH * 5:
+        if len(self._pending) >= FLUSH_EVERY_POINTS:
             self.flush()
 
     def flush(self) -> None:
