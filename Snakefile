@@ -9,7 +9,9 @@ configfile: "config/config.yaml"
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/tracking.smk"
+include: "workflow/rules/data.smk"
 include: "workflow/rules/features.smk"
+include: "workflow/rules/references.smk"
 include: "workflow/rules/training.smk"
 include: "workflow/rules/paper.smk"
 

@@ -49,7 +49,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             run.log_params({"method": args.method, "dataset": args.dataset, "seed": args.seed, "device": args.device,
                             "features": args.features or "raw", **settings})
         result = run_method(args.method, data, seed=args.seed, device=args.device, settings=settings,
-                            callback=run.log_step if run else None)
+                            callback=run.log_step if run else None, reference=args.reference)
         output = {k: result.metrics[k] for k in ("d_G", "d_perp", "nmi", "acc", "accuracy", "train_seconds")}
         output["device"] = str(result.estimator.device_)
         if args.out:
@@ -65,6 +65,30 @@ def cmd_run(args: argparse.Namespace) -> int:
                     run.log_artifact(Path(args.out) / name)
             run.log_torch_model(result.estimator.model_, np.asarray(data.X_test[:2], dtype=np.float32))
     _print(output, args.json)
+    return 0
+
+
+def cmd_download(args: argparse.Namespace) -> int:
+    from basis.data import load_dataset
+
+    data = load_dataset(args.dataset, seed=args.seed, root=args.data_root, download=True)
+    summary = {"dataset": args.dataset, "n_train": len(data.X_train), "n_test": len(data.X_test),
+               "shape": list(data.X_train.shape[1:]), "n_classes": data.n_classes}
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(summary, indent=2))
+    _print(summary, args.json)
+    return 0
+
+
+def cmd_reference(args: argparse.Namespace) -> int:
+    from basis.experiment import load_inputs, resolve_settings, save_reference
+    from basis.methods import resolve_device
+
+    settings = resolve_settings("basis", assignments=args.set, dataset=args.dataset)
+    data = load_inputs(args.dataset, args.features, seed=args.seed, root=args.data_root)
+    summary = save_reference(args.out, data, settings, device=str(resolve_device(args.device)))
+    _print(summary, args.json)
     return 0
 
 
@@ -141,7 +165,21 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--features", help="a .npz from 'basis features' to use as input instead of the raw data")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a setting (graph.n_neighbors=20, n_iter=500, ...)")
     run.add_argument("--out", help="folder for the model, embeddings and metrics")
+    run.add_argument("--reference", help="stored analytic embedding of the test split (from 'basis reference')")
     run.set_defaults(func=cmd_run)
+
+    download = sub.add_parser("download", help="fetch a data set (or check it is in place) and summarise it")
+    download.add_argument("--dataset", required=True, choices=DATASETS)
+    download.add_argument("--out", help="JSON summary to write once the data is in place")
+    download.set_defaults(func=cmd_download)
+
+    reference = sub.add_parser("reference", help="analytic embedding of a data set's test split, stored for the runs")
+    reference.add_argument("--dataset", required=True, choices=DATASETS)
+    reference.add_argument("--features", help="a .npz from 'basis features' to use as input instead of the raw data")
+    reference.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                           help="protocol settings (graph.*, operator, drop_trivial, n_components)")
+    reference.add_argument("--out", required=True, help="output .npz")
+    reference.set_defaults(func=cmd_reference)
 
     features = sub.add_parser("features", help="train the Siamese feature network and write train/test features")
     features.add_argument("--dataset", required=True, choices=DATASETS)
@@ -170,7 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE", help="extra run tag (with --track)")
     for command in (run, features, tracking):
         command.add_argument("--store", default="results/mlflow", help="folder of the SQLite store (unless MLFLOW_TRACKING_URI is set)")
-    for command in (run, features, bench, tracking):
+    for command in (run, features, bench, tracking, download, reference):
         command.add_argument("--seed", type=int, default=0)
         command.add_argument("--device", default="auto")
         command.add_argument("--json", action="store_true", help="print one JSON object")

@@ -8,6 +8,7 @@ output. SpecNet2's post-processing runs on the whole test set, as in the paper.
 from __future__ import annotations
 
 import copy
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -121,13 +122,47 @@ def analytic_embedding(X: np.ndarray, settings: dict[str, Any], n_components: in
     return U
 
 
+#: Settings that define the analytic reference embedding.
+REFERENCE_KEYS = ("graph", "operator", "drop_trivial", "diffusion_time")
+
+
+def reference_settings(settings: dict[str, Any], n_components: int) -> dict[str, Any]:
+    return {"n_components": n_components, **{k: settings.get(k, PROTOCOL.get(k, 1.0)) for k in REFERENCE_KEYS}}
+
+
+def save_reference(path: str | Path, data: Dataset, settings: dict[str, Any], device: str = "cpu") -> dict[str, Any]:
+    """Compute the test split's analytic embedding once and store it with its settings."""
+    n_components = settings["n_components"] or data.n_classes
+    start = time.perf_counter()
+    U = analytic_embedding(data.X_test, settings, n_components, device=device)
+    meta = reference_settings(settings, n_components)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    np.savez(path, embedding=U, settings=json.dumps(meta, sort_keys=True))
+    return {"seconds": time.perf_counter() - start, "n_test": len(U), **meta}
+
+
+def load_reference(path: str | Path, settings: dict[str, Any], n_components: int, n_test: int) -> np.ndarray:
+    """A stored reference, refused when it was computed with other settings or points."""
+    with np.load(Path(path)) as stored:
+        U, meta = stored["embedding"], json.loads(str(stored["settings"]))
+    expected = json.loads(json.dumps(reference_settings(settings, n_components), sort_keys=True))
+    if meta != expected:
+        raise ValueError(f"reference {path} was computed with {meta}, this run needs {expected}")
+    if len(U) != n_test:
+        raise ValueError(f"reference {path} has {len(U)} rows, the test split has {n_test}")
+    return U
+
+
 def run_method(
     method: str, data: Dataset, *, seed: int = 0, device: str = "auto", settings: dict[str, Any] | None = None,
-    callback=None,
+    callback=None, reference: str | Path | None = None,
 ) -> RunResult:
-    """Fit ``method`` on ``data``'s training split and evaluate on its test split."""
+    """Fit ``method`` on ``data``'s training split and evaluate on its test split,
+    against a stored ``reference`` (from :func:`save_reference`) or one computed here."""
     settings = settings or resolve_settings(method)
     n_components = settings["n_components"] or data.n_classes
+    # A stored reference is checked before training, not after.
+    stored = None if reference is None else load_reference(reference, settings, n_components, len(data.X_test))
     params = {k: v for k, v in settings.items() if k not in ("eval", "n_components")}
     estimator = make_estimator(method, n_components=n_components, seed=seed, device=device, callback=callback, **params)
     start = time.perf_counter()
@@ -137,10 +172,12 @@ def run_method(
     train_seconds = time.perf_counter() - start
     test_embedding = estimator.transform(data.X_test)
     train_embedding = estimator.transform(data.X_train)
-    reference = analytic_embedding(data.X_test, settings, n_components, device=str(estimator.device_))
+    reference_embedding = (
+        stored if stored is not None else analytic_embedding(data.X_test, settings, n_components, device=str(estimator.device_))
+    )
     ev = settings["eval"]
     result = metrics.evaluate_embedding(
-        test_embedding, data.y_test, reference, n_clusters=data.n_classes, seed=seed,
+        test_embedding, data.y_test, reference_embedding, n_clusters=data.n_classes, seed=seed,
         n_init=ev["kmeans_n_init"], variant=ev["metric_variant"],
     )
     result["accuracy"] = metrics.linear_probe_accuracy(
@@ -148,7 +185,7 @@ def run_method(
         epochs=ev["probe_epochs"], lr=ev["probe_lr"], batch_size=ev["probe_batch_size"], seed=seed,
     )
     result["train_seconds"] = train_seconds
-    return RunResult(result, estimator, train_embedding, test_embedding, reference, params | {"n_components": n_components})
+    return RunResult(result, estimator, train_embedding, test_embedding, reference_embedding, params | {"n_components": n_components})
 
 
 def anchor_spread(

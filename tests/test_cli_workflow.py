@@ -40,6 +40,28 @@ def test_run_rejects_bad_settings_with_a_clear_message(args, message):
     assert message in done.stderr
 
 
+def test_stored_reference_is_reused_and_checked(tmp_path):
+    ref = tmp_path / "ref.npz"
+    done = _basis("reference", "--dataset", "blobs", "--out", str(ref), "--json", "--device", "cpu")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["n_components"] == 4
+    common = ["run", "--method", "basis", "--dataset", "blobs", "--json", "--device", "cpu", "--reference", str(ref),
+              "--set", "n_iter=20", "--set", "batch_size=128", "--set", "eval.probe_epochs=1", "--set", "anchors_per_class=5"]
+    done = _basis(*common)
+    assert done.returncode == 0, done.stderr
+    assert 0 <= json.loads(done.stdout)["d_G"] <= 4
+    # a run whose graph differs from the stored reference's is refused before training
+    done = _basis(*common, "--set", "graph.n_neighbors=20")
+    assert done.returncode == 2 and "was computed with" in done.stderr and "train_seconds" not in done.stdout
+
+
+def test_download_summarises_a_data_set(tmp_path):
+    done = _basis("download", "--dataset", "digits", "--out", str(tmp_path / "digits.json"), "--json")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((tmp_path / "digits.json").read_text())
+    assert summary["n_train"] + summary["n_test"] == 1797 and summary["shape"] == [1, 8, 8]
+
+
 def test_run_rejects_unknown_dataset_listing_choices():
     done = _basis("run", "--method", "basis", "--dataset", "imagenet")
     assert done.returncode == 2 and "three_moons" in done.stderr
@@ -58,14 +80,18 @@ def _snakemake(workdir, *args):
                           timeout=300, cwd=workdir)
 
 
+# 4 data sets x 4 methods x 10 seeds, plus per data set its download, feature network and
+# reference embedding, one experiment set-up and one table.
+EXPECTED_JOBS = {"download": "4", "tracking_setup": "1", "siamese_features": "4", "reference_embedding": "4",
+                 "train_and_evaluate": "160", "table1": "1"}
+
+
 def test_dry_run_of_the_paper_config_lists_every_job(workdir):
     done = _snakemake(workdir, "-n", "--quiet", "rules")
     assert done.returncode == 0, done.stderr
     counts = dict(line.split() for line in (done.stdout + done.stderr).splitlines()
-                  if line.split() and line.split()[0] in {"siamese_features", "train_and_evaluate", "table1"}
-                  and len(line.split()) == 2)
-    # 4 data sets x 4 methods x 10 seeds, one feature network per data set, one table
-    assert counts == {"siamese_features": "4", "train_and_evaluate": "160", "table1": "1"}
+                  if line.split() and len(line.split()) == 2 and line.split()[0] in EXPECTED_JOBS)
+    assert counts == EXPECTED_JOBS
 
 
 def test_bad_config_stops_before_any_job(workdir):

@@ -36,14 +36,16 @@ def feature_input(wildcards):
     return []
 
 
-def settings_for(method):
-    """--set arguments for one method: shared protocol, then per-method overrides."""
+def protocol_settings():
+    """--set arguments of the shared protocol (all methods and the reference embedding)."""
     shared = dict(config["protocol"])
     graph = shared.pop("graph")
-    assignments = [f"{k}={v}" for k, v in shared.items()]
-    assignments += [f"graph.{k}={v}" for k, v in graph.items()]
-    assignments += [f"{k}={v}" for k, v in config["methods"][method].items()]
-    return assignments
+    return [f"{k}={v}" for k, v in shared.items()] + [f"graph.{k}={v}" for k, v in graph.items()]
+
+
+def settings_for(method):
+    """--set arguments for one method: shared protocol, then per-method overrides."""
+    return protocol_settings() + [f"{k}={v}" for k, v in config["methods"][method].items()]
 
 
 def method_settings(wildcards):

@@ -1,6 +1,7 @@
 rule siamese_features:
     input:
-        TRACKING_FLAG,
+        flag=TRACKING_FLAG,
+        data="results/data/{dataset}.json",
     output:
         features="results/features/{dataset}.npz",
         checkpoint="results/features/{dataset}_siamese.pt",

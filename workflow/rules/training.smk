@@ -2,6 +2,7 @@ rule train_and_evaluate:
     input:
         flag=TRACKING_FLAG,
         features=feature_input,
+        reference="results/references/{dataset}.npz",
     output:
         metrics="results/runs/{dataset}/{method}/seed{seed}/metrics.json",
         model="results/runs/{dataset}/{method}/seed{seed}/model.pt",
@@ -14,7 +15,7 @@ rule train_and_evaluate:
         command=lambda wildcards, input, output: [
             "run", "--method", wildcards.method, "--dataset", wildcards.dataset, "--seed", wildcards.seed,
             "--out", str(Path(output.metrics).parent), "--data-root", config["data_root"],
-            "--track", EXPERIMENTS["runs"],
+            "--track", EXPERIMENTS["runs"], "--reference", input.reference,
             *(["--features", input.features] if input.features else []),
             *[item for assignment in method_settings(wildcards) for item in ("--set", assignment)],
         ],

@@ -1,0 +1,14 @@
+rule download:
+    output:
+        "results/data/{dataset}.json",
+    log:
+        "results/logs/data/{dataset}.log",
+    params:
+        command=lambda wildcards, output: [
+            "download", "--dataset", wildcards.dataset, "--data-root", config["data_root"], "--out", output[0],
+        ],
+        tags=[],
+    conda:
+        "../envs/basis.yaml"
+    script:
+        "../scripts/basis_command.py"
