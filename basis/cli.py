@@ -42,12 +42,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     from basis.experiment import load_inputs, resolve_settings, run_method
 
     settings = resolve_settings(args.method, assignments=args.set, dataset=args.dataset)
-    data = load_inputs(args.dataset, args.features, seed=args.seed, root=args.data_root)
+    data = load_inputs(args.dataset, args.features, seed=args.data_seed, root=args.data_root)
     tags = {"dataset": args.dataset, "method": args.method, "seed": str(args.seed)}
     with _maybe_tracked(args, f"{args.dataset}-{args.method}-seed{args.seed}", tags) as run:
         if run:
-            run.log_params({"method": args.method, "dataset": args.dataset, "seed": args.seed, "device": args.device,
-                            "features": args.features or "raw", **settings})
+            run.log_params({"method": args.method, "dataset": args.dataset, "seed": args.seed, "data_seed": args.data_seed,
+                            "device": args.device, "features": args.features or "raw", **settings})
         result = run_method(args.method, data, seed=args.seed, device=args.device, settings=settings,
                             callback=run.log_step if run else None, reference=args.reference)
         output = {k: result.metrics[k] for k in ("d_G", "d_perp", "nmi", "acc", "accuracy", "train_seconds")}
@@ -71,7 +71,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_download(args: argparse.Namespace) -> int:
     from basis.data import load_dataset
 
-    data = load_dataset(args.dataset, seed=args.seed, root=args.data_root, download=True)
+    data = load_dataset(args.dataset, seed=args.data_seed, root=args.data_root, download=True)
     summary = {"dataset": args.dataset, "n_train": len(data.X_train), "n_test": len(data.X_test),
                "shape": list(data.X_train.shape[1:]), "n_classes": data.n_classes}
     if args.out:
@@ -86,7 +86,7 @@ def cmd_reference(args: argparse.Namespace) -> int:
     from basis.methods import resolve_device
 
     settings = resolve_settings("basis", assignments=args.set, dataset=args.dataset)
-    data = load_inputs(args.dataset, args.features, seed=args.seed, root=args.data_root)
+    data = load_inputs(args.dataset, args.features, seed=args.data_seed, root=args.data_root)
     summary = save_reference(args.out, data, settings, device=str(resolve_device(args.device)))
     _print(summary, args.json)
     return 0
@@ -119,7 +119,7 @@ def cmd_features(args: argparse.Namespace) -> int:
     unknown = sorted(set(options) - valid)
     if unknown:
         raise ValueError(f"unknown feature option(s) {unknown}; valid: {sorted(valid)}")
-    data = load_dataset(args.dataset, seed=args.seed, root=args.data_root)
+    data = load_dataset(args.dataset, seed=args.data_seed, root=args.data_root)
     if not data.is_image:
         raise ValueError(f"data set {args.dataset!r} has no images; Siamese features need one of the image sets or digits")
     with _maybe_tracked(args, f"{args.dataset}-features-seed{args.seed}", {"dataset": args.dataset, "seed": str(args.seed)}) as run:
@@ -213,6 +213,8 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--device", default="auto")
         command.add_argument("--json", action="store_true", help="print one JSON object")
         command.add_argument("--data-root", default="resources/data")
+        command.add_argument("--data-seed", type=int, default=0,
+                             help="seed of generated data sets and of splits (one data set, many training seeds)")
     return parser
 
 

@@ -53,6 +53,12 @@ def test_stored_reference_is_reused_and_checked(tmp_path):
     # a run whose graph differs from the stored reference's is refused before training
     done = _basis(*common, "--set", "graph.n_neighbors=20")
     assert done.returncode == 2 and "was computed with" in done.stderr and "train_seconds" not in done.stdout
+    # so is one on other points (same size, other data seed)
+    done = _basis(*common, "--data-seed", "1")
+    assert done.returncode == 2 and "test_inputs" in done.stderr
+    # the training seed does not change the data, so the reference still applies
+    done = _basis(*common, "--seed", "1")
+    assert done.returncode == 0, done.stderr
 
 
 def test_download_summarises_a_data_set(tmp_path):
