@@ -6,6 +6,7 @@ rule download:
     params:
         command=lambda wildcards, output: [
             "download", "--dataset", wildcards.dataset, "--data-root", config["data_root"], "--out", output[0],
+            "--data-seed", config["data_seed"],
         ],
         tags=[],
     conda:

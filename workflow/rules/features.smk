@@ -14,6 +14,7 @@ rule siamese_features:
             "features", "--dataset", wildcards.dataset, "--out", output.features,
             "--checkpoint", output.checkpoint, "--set", f"n_steps={config['features']['n_steps']}",
             "--data-root", config["data_root"], "--track", EXPERIMENTS["features"],
+            "--data-seed", config["data_seed"],
         ],
         tags=lambda wildcards: run_tags(wildcards, "siamese_features"),
     resources:

@@ -11,6 +11,7 @@ rule reference_embedding:
     params:
         command=lambda wildcards, input, output: [
             "reference", "--dataset", wildcards.dataset, "--out", output[0], "--data-root", config["data_root"],
+            "--data-seed", config["data_seed"],
             *(["--features", input.features] if input.features else []),
             *[item for assignment in protocol_settings() for item in ("--set", assignment)],
         ],

@@ -15,6 +15,7 @@ rule train_and_evaluate:
         command=lambda wildcards, input, output: [
             "run", "--method", wildcards.method, "--dataset", wildcards.dataset, "--seed", wildcards.seed,
             "--out", str(Path(output.metrics).parent), "--data-root", config["data_root"],
+            "--data-seed", config["data_seed"],
             "--track", EXPERIMENTS["runs"], "--reference", input.reference,
             *(["--features", input.features] if input.features else []),
             *[item for assignment in method_settings(wildcards) for item in ("--set", assignment)],
