@@ -13,11 +13,16 @@ include: "workflow/rules/data.smk"
 include: "workflow/rules/features.smk"
 include: "workflow/rules/references.smk"
 include: "workflow/rules/training.smk"
+include: "workflow/rules/studies.smk"
+include: "workflow/rules/sensitivity.smk"
+include: "workflow/rules/ablation.smk"
 include: "workflow/rules/paper.smk"
-
 
 
 rule all:
     input:
         "results/paper/table1.md",
         "results/paper/comparison.md",
+        "results/paper/ablation.md",
+        "results/paper/knn_sensitivity.csv",
+        expand("results/paper/figures/{figure}.{suffix}", figure=[*STUDY_FIGURES, "fig5_knn_sensitivity"], suffix=["png", "pdf"]),

@@ -12,6 +12,8 @@ import numpy as np
 
 from basis.data import DATASETS, DatasetUnavailableError
 from basis.methods import METHODS
+from basis.figures import FIGURES
+from basis.studies import STUDIES
 
 
 def _print(result: dict, as_json: bool) -> None:
@@ -108,17 +110,9 @@ def cmd_tracking(args: argparse.Namespace) -> int:
 
 def cmd_features(args: argparse.Namespace) -> int:
     from basis.data import load_dataset
-    from basis.experiment import parse_assignment
     from basis.features import train_features
 
-    options = {}
-    for text in args.set:
-        path, value = parse_assignment(text)
-        options[".".join(path)] = value
-    valid = {"out_dim", "margin", "n_steps", "pairs_per_step", "lr"}
-    unknown = sorted(set(options) - valid)
-    if unknown:
-        raise ValueError(f"unknown feature option(s) {unknown}; valid: {sorted(valid)}")
+    options = _options(args.set, ["out_dim", "margin", "n_steps", "pairs_per_step", "lr"], "features")
     data = load_dataset(args.dataset, seed=args.data_seed, root=args.data_root)
     if not data.is_image:
         raise ValueError(f"data set {args.dataset!r} has no images; Siamese features need one of the image sets or digits")
@@ -142,6 +136,69 @@ def cmd_features(args: argparse.Namespace) -> int:
                 run.log_artifact(args.checkpoint)
     _print(output, args.json)
     return 0
+
+
+def cmd_study(args: argparse.Namespace) -> int:
+    from basis.studies import save_study, study_options
+
+    options = _options(args.set, study_options(args.name), f"study {args.name!r}")
+    study = STUDIES[args.name]
+    accepted = study_options(args.name, include_common=True)
+    common = {"seed": args.seed, "data_seed": args.data_seed, "device": args.device, "data_root": args.data_root}
+    options.update({k: v for k, v in common.items() if k in accepted})
+    tags = {"study": args.name, "seed": str(args.seed)}
+    with _maybe_tracked(args, f"{args.name}-seed{args.seed}", tags) as run:
+        if run:
+            run.log_params({"study": args.name, **options})
+            if "callback" in accepted:
+                options["callback"] = run.log_step
+        result, arrays = study(**options)
+        save_study(args.out, result, arrays)
+        if run:
+            run.log_metrics(result)
+            for name in ("metrics.json", "arrays.npz"):
+                run.log_artifact(Path(args.out) / name)
+    _print(result, args.json)
+    return 0
+
+
+def cmd_figure(args: argparse.Namespace) -> int:
+    import inspect
+
+    from basis.figures import FIGURES
+
+    draw = FIGURES[args.name]
+    takes_many = next(iter(inspect.signature(draw).parameters)) == "folders"
+    if not takes_many and len(args.input) != 1:
+        raise ValueError(f"figure {args.name!r} is drawn from one study folder, got {len(args.input)}")
+    missing = [folder for folder in args.input if not (Path(folder) / "arrays.npz").is_file()]
+    if missing:
+        raise FileNotFoundError(f"no arrays.npz in {missing}; run the study first")
+    with _maybe_tracked(args, args.name, {"figure": args.name}) as run:
+        draw(args.input if takes_many else args.input[0], args.out)
+        pdf = Path(args.out).with_suffix(".pdf")
+        if run:
+            if args.caption:
+                run.set_description(Path(args.caption).read_text())
+                run.log_artifact(args.caption)
+            run.log_artifact(args.out)
+            run.log_artifact(pdf)
+    _print({"png": str(args.out), "pdf": str(pdf)}, args.json)
+    return 0
+
+
+def _options(assignments: list[str], valid: list[str], what: str) -> dict:
+    """``key=value`` assignments as a dict, refusing keys outside ``valid``."""
+    from basis.experiment import parse_assignment
+
+    options = {}
+    for text in assignments:
+        path, value = parse_assignment(text)
+        options[".".join(path)] = value
+    unknown = sorted(set(options) - set(valid))
+    if unknown:
+        raise ValueError(f"unknown option(s) {unknown} for {what}; valid: {sorted(valid)}")
+    return options
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -188,6 +245,19 @@ def build_parser() -> argparse.ArgumentParser:
     features.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     features.set_defaults(func=cmd_features)
 
+    study = sub.add_parser("study", help="one of the paper's other experiments (toy examples, bunny, feature change, ...)")
+    study.add_argument("name", choices=sorted(STUDIES))
+    study.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a setting of the study")
+    study.add_argument("--out", required=True, help="folder for metrics.json and arrays.npz")
+    study.set_defaults(func=cmd_study)
+
+    figure = sub.add_parser("figure", help="draw one of the paper's figures (PNG and PDF) from study folders")
+    figure.add_argument("name", choices=sorted(FIGURES))
+    figure.add_argument("--input", action="append", required=True, help="a study folder (repeat for several)")
+    figure.add_argument("--out", required=True, help="the PNG to write; the PDF goes next to it")
+    figure.add_argument("--caption", help="caption file, logged with the figure (with --track)")
+    figure.set_defaults(func=cmd_figure)
+
     bench = sub.add_parser("bench", help="speed benchmarks (print figures)")
     bench.add_argument("what", choices=["step", "reference"])
     bench.add_argument("--m", type=int, default=512, help="batch size (step)")
@@ -203,12 +273,12 @@ def build_parser() -> argparse.ArgumentParser:
     tracking.add_argument("--flag", help="file to write once the experiments exist (setup)")
     tracking.set_defaults(func=cmd_tracking)
 
-    for command in (run, features):
+    for command in (run, features, study, figure):
         command.add_argument("--track", metavar="EXPERIMENT", help="log this job as one MLflow run in EXPERIMENT")
         command.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE", help="extra run tag (with --track)")
-    for command in (run, features, tracking):
+    for command in (run, features, study, figure, tracking):
         command.add_argument("--store", default="results/mlflow", help="folder of the SQLite store (unless MLFLOW_TRACKING_URI is set)")
-    for command in (run, features, bench, tracking, download, reference):
+    for command in (run, features, study, figure, bench, tracking, download, reference):
         command.add_argument("--seed", type=int, default=0)
         command.add_argument("--device", default="auto")
         command.add_argument("--json", action="store_true", help="print one JSON object")

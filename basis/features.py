@@ -62,39 +62,58 @@ class SiameseFeatures:
         self.out_dim, self.margin, self.n_steps, self.pairs_per_step = out_dim, margin, n_steps, pairs_per_step
         self.lr, self.device, self.seed, self.progress = lr, device, seed, progress
 
-    def fit(self, images: np.ndarray, labels: np.ndarray) -> "SiameseFeatures":
+    def start(self, images: np.ndarray, labels: np.ndarray) -> "SiameseFeatures":
+        """Build the network and optimiser without training; :meth:`step` then trains
+        one step at a time (Algorithm 2 interleaves these steps with spectral ones)."""
         images = np.asarray(images, dtype=np.float32)
         if images.ndim != 4 or not np.isfinite(images).all():
             raise ValueError(f"images must be a finite (n, c, h, w) array, got shape {images.shape}")
         if len(np.unique(labels)) < 2:
             raise ValueError("contrastive training needs at least two classes")
         self.device_ = resolve_device(self.device)
-        rng = np.random.default_rng(self.seed)
+        self.rng_ = np.random.default_rng(self.seed)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
             self.model_ = SiameseCNN(images.shape[1:], self.out_dim).to(self.device_)
         self.in_shape_ = tuple(images.shape[1:])
-        optimizer = torch.optim.Adam(self.model_.parameters(), lr=self.lr)
-        data = torch.from_numpy(images).to(self.device_)
-        self.loss_curve_ = []
-        for _ in tqdm(range(self.n_steps), disable=not self.progress, desc="siamese", mininterval=5):
-            first, second, same = balanced_pairs(np.asarray(labels), self.pairs_per_step, rng)
-            z1, z2 = self.model_(data[first]), self.model_(data[second])
-            loss = contrastive_loss(z1, z2, torch.from_numpy(same).to(self.device_), self.margin)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            self.loss_curve_.append(float(loss.detach()))
-        self.model_.eval()
+        self.optimizer_ = torch.optim.Adam(self.model_.parameters(), lr=self.lr)
+        self.images_ = torch.from_numpy(images).to(self.device_)
+        self.labels_ = np.asarray(labels)
+        self.loss_curve_: list[float] = []
         return self
 
-    def transform(self, images: np.ndarray, chunk_size: int = 4096) -> np.ndarray:
-        images = np.asarray(images, dtype=np.float32)
+    def step(self) -> float:
+        """One Adam step on a fresh set of balanced pairs; returns the contrastive loss."""
+        self.model_.train()
+        first, second, same = balanced_pairs(self.labels_, self.pairs_per_step, self.rng_)
+        z1, z2 = self.model_(self.images_[first]), self.model_(self.images_[second])
+        loss = contrastive_loss(z1, z2, torch.from_numpy(same).to(self.device_), self.margin)
+        self.optimizer_.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer_.step()
+        self.loss_curve_.append(float(loss.detach()))
+        return self.loss_curve_[-1]
+
+    def fit(self, images: np.ndarray, labels: np.ndarray) -> "SiameseFeatures":
+        self.start(images, labels)
+        for _ in tqdm(range(self.n_steps), disable=not self.progress, desc="siamese", mininterval=5):
+            self.step()
+        self.model_.eval()
+        del self.images_, self.optimizer_  # free the training copy
+        return self
+
+    def transform(self, images: np.ndarray | torch.Tensor, chunk_size: int = 4096) -> np.ndarray:
+        return self.embed(images, chunk_size).cpu().numpy()
+
+    def embed(self, images: np.ndarray | torch.Tensor, chunk_size: int = 4096) -> torch.Tensor:
+        """Features of ``images`` as a tensor on the network's device, without gradient."""
+        images = torch.as_tensor(images, dtype=torch.float32).to(self.device_)
+        was_training = self.model_.training
+        self.model_.eval()
         with torch.no_grad():
-            return np.concatenate([
-                self.model_(torch.from_numpy(images[i : i + chunk_size]).to(self.device_)).cpu().numpy()
-                for i in range(0, len(images), chunk_size)
-            ])
+            features = torch.cat([self.model_(images[i : i + chunk_size]) for i in range(0, len(images), chunk_size)])
+        self.model_.train(was_training)
+        return features
 
     def save(self, path: str | Path) -> None:
         torch.save({"in_shape": list(self.in_shape_), "out_dim": self.out_dim,

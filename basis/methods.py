@@ -198,17 +198,7 @@ class SpectralEstimator:
             y = np.asarray(y)
             if y.shape != (X.shape[0],):
                 raise ValueError(f"y must have shape ({X.shape[0]},), got {y.shape}")
-        self._validate(X.shape[0])
-        self.device_ = resolve_device(self.device)
-        self.n_features_in_ = X.shape[1]
-        self.generator_ = torch.Generator().manual_seed(self.seed)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.seed)
-            self.model_ = self._build_model(X.shape[1]).to(self.device_)
-        X_t = torch.from_numpy(X).to(self.device_)
-        self._prepare(X_t, y)
-        optimizer = self._optimizer()
-        self.loss_curve_: list[float] = []
+        X_t = self._start(X, y)
         self.model_.train()
         # The next batch and its analytic target do not depend on the network, so a
         # worker thread prepares batch t+1 while the main thread steps on batch t
@@ -222,17 +212,36 @@ class SpectralEstimator:
                     pending = worker.submit(self._timed_batch, X_t)
                 loss, info = self._batch_loss(X_t, batch, timer)
                 with timer("gradient"):
-                    optimizer.zero_grad(set_to_none=True)
-                    loss.backward()
-                    optimizer.step()
-                    loss_value = float(loss.detach())
+                    loss_value = self._gradient_step(loss)
                 info = {"loss": loss_value, **info, **timer.ms, "ms_step": (time.perf_counter() - start) * 1e3}
-                self.loss_curve_.append(loss_value)
                 if self.callback is not None:
                     self.callback(step, info)
         self.model_.eval()
         self._finish(X_t)
         return self
+
+    def _start(self, X: np.ndarray, y: np.ndarray | None) -> torch.Tensor:
+        """Everything before the first step: checks, network, optimiser and the method's
+        set-up (:meth:`_prepare`). Returns ``X`` as a tensor on the device."""
+        self._validate(X.shape[0])
+        self.device_ = resolve_device(self.device)
+        self.n_features_in_ = X.shape[1]
+        self.generator_ = torch.Generator().manual_seed(self.seed)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed)
+            self.model_ = self._build_model(X.shape[1]).to(self.device_)
+        X_t = torch.from_numpy(X).to(self.device_)
+        self._prepare(X_t, y)
+        self.optimizer_ = self._optimizer()
+        self.loss_curve_: list[float] = []
+        return X_t
+
+    def _gradient_step(self, loss: torch.Tensor) -> float:
+        self.optimizer_.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer_.step()
+        self.loss_curve_.append(float(loss.detach()))
+        return self.loss_curve_[-1]
 
     def _timed_batch(self, X: torch.Tensor) -> tuple[Any, StepTimer]:
         timer = StepTimer(self.device_)
@@ -433,8 +442,10 @@ class BASiS(SpectralEstimator):
         self.anchor_indices_ = anchors
         self.ransac_generator_ = torch.Generator().manual_seed(self.seed + 1)
         self.n_fallbacks_ = self.n_redrawn_batches_ = 0
-        _, phi_reference = self._draw_embedded_batch(X, StepTimer(self.device_))
-        self.reference_anchor_embedding_ = phi_reference[:n_anchors]
+        self.reference_indices_, _, self.reference_embedding_ = self._draw_embedded_batch(
+            X.shape[0], lambda batch: X[batch.to(X.device)], StepTimer(self.device_)
+        )
+        self.reference_anchor_embedding_ = self.reference_embedding_[:n_anchors]
 
     def align(self, phi_batch: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         """Align a batch embedding whose first rows are the anchors to the reference."""
@@ -452,17 +463,20 @@ class BASiS(SpectralEstimator):
             self.n_fallbacks_ += int(result.fallback)
         return apply_affine(result.transform, phi_batch), {"inlier_fraction": float(result.inliers.float().mean())}
 
-    def _draw_embedded_batch(self, X: torch.Tensor, timer: StepTimer) -> tuple[torch.Tensor, torch.Tensor]:
-        """Anchors + m - l random nodes and their embedding. A batch whose graph splits
-        into more components than eigenvectors has no defined embedding; it is redrawn
-        (counted in ``n_redrawn_batches_``), up to ``MAX_REDRAWS`` times."""
+    def _draw_embedded_batch(
+        self, n: int, features_of: Callable[[torch.Tensor], torch.Tensor], timer: StepTimer
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Anchors + m - l random nodes of [0, n): their indices, features (from
+        ``features_of(indices)``) and embedding. A batch whose graph splits into more
+        components than eigenvectors has no defined embedding; it is redrawn (counted in
+        ``n_redrawn_batches_``), up to ``MAX_REDRAWS`` times."""
         anchors = self.anchor_indices_
         for _ in range(self.MAX_REDRAWS):
-            batch = torch.cat([anchors, self._sample(X.shape[0], self.batch_size - len(anchors), exclude=anchors)])
-            X_batch = X[batch.to(X.device)]
+            batch = torch.cat([anchors, self._sample(n, self.batch_size - len(anchors), exclude=anchors)])
+            X_batch = features_of(batch)
             phi = self._embed_batch(X_batch, timer)
             if phi is not None:
-                return X_batch, phi
+                return batch, X_batch, phi
             self.n_redrawn_batches_ += 1
         raise ValueError(
             f"{self.MAX_REDRAWS} batches in a row had a graph with more than"
@@ -471,7 +485,7 @@ class BASiS(SpectralEstimator):
         )
 
     def _next_batch(self, X: torch.Tensor, timer: StepTimer) -> tuple[torch.Tensor, torch.Tensor, dict]:
-        X_batch, phi = self._draw_embedded_batch(X, timer)
+        _, X_batch, phi = self._draw_embedded_batch(X.shape[0], lambda batch: X[batch.to(X.device)], timer)
         with timer("alignment"):
             phi, info = self.align(phi)
         return X_batch, phi, info

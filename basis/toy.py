@@ -40,8 +40,13 @@ def circles(n: int = 9000, noise: float = 0.04, factor: float = 0.5, seed: int =
     return X.astype(np.float32), y
 
 
-def blobs(n: int = 9000, centers: int = 4, std: float = 0.5, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    X, y = make_blobs(n_samples=n, centers=centers, cluster_std=std, center_box=(-6, 6), random_state=seed)
+def blobs(n: int = 9000, centers: int = 4, std: float = 0.5, radius: float = 4.0, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Gaussian blobs with centres evenly spaced on a circle of ``radius`` (turned by a
+    seeded angle), so that the clusters are separated as in the usual toy example."""
+    turn = np.random.default_rng(seed).uniform(0, 2 * np.pi)
+    angles = turn + 2 * np.pi * np.arange(centers) / centers
+    centres = radius * np.stack([np.cos(angles), np.sin(angles)], axis=1)
+    X, y = make_blobs(n_samples=n, centers=centres, cluster_std=std, random_state=seed)
     return X.astype(np.float32), y
 
 

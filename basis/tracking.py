@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_STORE = Path("results/mlflow")
 #: Tags that identify "the same job"; a newer finished run supersedes older ones with equal values.
-KEY_TAGS = ("rule", "dataset", "method", "seed", "config_name")
+KEY_TAGS = ("rule", "dataset", "method", "seed", "variant", "config_name")
 #: Per-step metric points buffered before one batched write.
 FLUSH_EVERY_POINTS = 500
 
@@ -126,6 +126,10 @@ class TrackedRun:
 
         stamp = int(time.time() * 1000)
         self.client.log_batch(self.run_id, metrics=[Metric(k, float(v), stamp, 0) for k, v in values.items()])
+
+    def set_description(self, text: str) -> None:
+        """The run's description in the MLflow UI (its note)."""
+        self.client.set_tag(self.run_id, "mlflow.note.content", text)
 
     def log_artifact(self, path: str | Path, folder: str | None = None) -> None:
         self.client.log_artifact(self.run_id, str(path), folder)

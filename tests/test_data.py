@@ -149,4 +149,4 @@ def test_features_cli_rejects_unknown_option(tmp_path):
         [sys.executable, "-m", "basis", "features", "--dataset", "digits", "--out", str(tmp_path / "x.npz"),
          "--set", "epochs=3"], capture_output=True, text=True, timeout=120,
     )
-    assert completed.returncode == 2 and "unknown feature option" in completed.stderr
+    assert completed.returncode == 2 and "unknown option" in completed.stderr

@@ -16,12 +16,15 @@ import time
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = "tests/configs/tiny.yaml"
 METHODS = ("basis", "diffusion_net", "specnet1", "specnet2")
+FIGURES = ("fig1_toy_examples", "fig2_illustration", "fig3_three_moons_consistency", "fig4_bunny_diffusion_maps",
+           "fig5_knn_sensitivity", "fig6_feature_change_training", "fig7_feature_change_tsne", "fig8_feature_change_subset")
 
 
 def snakemake(folder, *args, timeout=600):
@@ -70,7 +73,32 @@ def test_mlflow_holds_every_run_with_its_metrics(workflow):
         assert len(client.get_metric_history(run.info.run_id, "loss")) == 20  # one point per step
         assert {a.path for a in client.list_artifacts(run.info.run_id)} >= {"metrics.json", "model.pt", "embedding.npz"}
     assert len(runs(workflow, "features")[1]) == 1
-    assert len(runs(workflow, "paper")[1]) == 1
+    # table1, seven study figures, fig5, the ablation table and the comparison
+    _, paper = runs(workflow, "paper")
+    assert len(paper) == 11
+    figures = [r for r in paper if r.data.tags.get("rule") in ("figure", "knn_sensitivity")]
+    assert len(figures) == 8 and all(r.data.tags.get("mlflow.note.content") for r in figures)
+    # toy x2, illustration, consistency, bunny, feature change x2
+    _, studies = runs(workflow, "studies")
+    assert len(studies) == 7 and all(r.info.status == "FINISHED" for r in studies)
+    assert len(runs(workflow, "sensitivity")[1]) == 4 and len(runs(workflow, "ablation")[1]) == 3
+
+
+def test_every_figure_and_study_number_is_there(workflow):
+    for figure in FIGURES:
+        for suffix in ("png", "pdf"):
+            path = workflow / "results/paper/figures" / f"{figure}.{suffix}"
+            assert path.stat().st_size > 5_000, path
+    for metrics in (workflow / "results/studies").rglob("metrics.json"):
+        values = json.loads(metrics.read_text())
+        assert values and all(math.isfinite(v) for v in values.values()), metrics
+    knn = pd.read_csv(workflow / "results/paper/knn_sensitivity.csv")
+    assert sorted(knn["n_neighbors"].unique()) == [10, 20] and np.isfinite(knn["nmi_mean"]).all()
+    claims = (workflow / "results/paper/comparison.md").read_text().split("the other claims")[1]
+    for claim in ("toy three_moons", "toy circles", "Fig. 2", "Fig. 3", "Fig. 4", "Fig. 5", "Fig. 6 (main)",
+                  "Fig. 6 (subset)", "ablation, two_moons"):
+        assert claim in claims
+    assert "| two_moons | none |" in (workflow / "results/paper/ablation.md").read_text()
 
 
 def test_second_invocation_runs_nothing_and_logs_nothing(workflow):

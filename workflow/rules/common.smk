@@ -1,17 +1,30 @@
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 from snakemake.utils import validate
 
-from basis.data import FEATURE_SETS
+from basis.data import DATASETS, FEATURE_SETS
 from basis.experiment import resolve_settings
+from basis.methods import METHODS
+from basis.studies import study_options
+from basis.toy import TOY_SETS
 from basis.tracking import config_hash
 
 
 validate(config, schema="../schemas/config.schema.yaml")
 
-EXPERIMENTS = {stage: f"{config['tracking']['experiment_prefix']}-{stage}" for stage in ("features", "runs", "paper")}
+STAGES = ("features", "runs", "studies", "sensitivity", "ablation", "paper")
+EXPERIMENTS = {stage: f"{config['tracking']['experiment_prefix']}-{stage}" for stage in STAGES}
+STUDIES_CONFIG = config["experiments"]
+
+
+wildcard_constraints:
+    dataset="|".join(DATASETS),
+    method="|".join(METHODS),
+    seed=r"\d+",
+    k=r"\d+",
 TRACKING_FLAG = "results/mlflow/experiments.json"
 
 
@@ -48,13 +61,39 @@ def settings_for(method):
     return protocol_settings() + [f"{k}={v}" for k, v in config["methods"][method].items()]
 
 
-def method_settings(wildcards):
-    return settings_for(wildcards.method)
+def reference_command(wildcards, input, output, settings):
+    """`python -m basis reference`: the analytic embedding of a data set's test split."""
+    return [
+        "reference", "--dataset", wildcards.dataset, "--out", output[0], "--data-root", config["data_root"],
+        "--data-seed", config["data_seed"], *(["--features", input.features] if input.features else []),
+        *[item for assignment in settings for item in ("--set", assignment)],
+    ]
+
+
+def run_command(wildcards, input, output, experiment, settings):
+    """`python -m basis run` for one method, data set and seed, against a stored reference."""
+    return [
+        "run", "--method", wildcards.method, "--dataset", wildcards.dataset, "--seed", wildcards.seed,
+        "--out", str(Path(output.metrics).parent), "--data-root", config["data_root"],
+        "--data-seed", config["data_seed"], "--track", experiment, "--reference", input.reference,
+        *(["--features", input.features] if input.features else []),
+        *[item for assignment in settings for item in ("--set", assignment)],
+    ]
+
+
+def set_arguments(settings):
+    """--set arguments for a dict of settings; values as JSON, which the CLI reads as YAML."""
+    return [item for key, value in settings.items() for item in ("--set", f"{key}={json.dumps(value)}")]
+
+
+def study_settings(name, extra=None):
+    """--set arguments of one study: its config section's settings, then ``extra``."""
+    return set_arguments({**STUDIES_CONFIG[name].get("settings", {}), **(extra or {})})
 
 
 def check_config():
     """Checks the schema cannot express, before any job: every method's settings resolve,
-    and the graph fits in a batch."""
+    the graph fits in a batch, and every study setting is one the study takes."""
     protocol = config["protocol"]
     if protocol["graph"]["n_neighbors"] >= protocol["batch_size"]:
         raise ValueError(
@@ -66,15 +105,88 @@ def check_config():
             resolve_settings(method, assignments=settings_for(method))
         except ValueError as err:
             raise ValueError(f"config: methods.{method} or protocol: {err}") from None
+    too_large = [k for k in STUDIES_CONFIG["knn"]["n_neighbors"] if k >= protocol["batch_size"]]
+    if too_large:
+        raise ValueError(f"config: experiments.knn.n_neighbors {too_large} must be smaller than protocol.batch_size")
+    unknown_methods = sorted(set(STUDIES_CONFIG["knn"]["methods"]) - set(config["methods"]))
+    if unknown_methods:
+        raise ValueError(f"config: experiments.knn.methods {unknown_methods} are not in methods {sorted(config['methods'])}")
+    sections = {"toy": ["settings"], "illustration": ["settings"], "consistency": ["settings"], "bunny": ["settings"],
+                "feature_change": ["settings", "main", "subset"]}
+    for name, keys in sections.items():
+        valid = study_options(name)
+        for key in keys:
+            unknown = sorted(set(STUDIES_CONFIG[name].get(key, {})) - set(valid))
+            if unknown:
+                raise ValueError(f"config: experiments.{name}.{key} has unknown settings {unknown}; valid: {sorted(valid)}")
 
 
 check_config()
 
 
-def run_tags(wildcards, rule):
-    """MLflow tags naming the job: its rule, every wildcard, the config and a hash of its section."""
-    section = {"protocol": config["protocol"], "method": config["methods"].get(wildcards.get("method"), {}),
-               "features": config["features"]}
+def run_tags(wildcards, rule, variant=None, section=None):
+    """MLflow tags naming the job: its rule, every wildcard, a variant (what sets this job
+    apart from others of its rule), the config and a hash of its config section."""
+    if section is None:
+        section = {"protocol": config["protocol"], "method": config["methods"].get(wildcards.get("method"), {}),
+                   "features": config["features"]}
     tags = {"rule": rule, "config_name": config["name"], "config_hash": config_hash(section)}
     tags.update({key: value for key, value in wildcards.items()})
+    if variant:
+        tags["variant"] = variant
     return [f"{key}={value}" for key, value in tags.items()]
+
+
+# -- the experiments beyond Table 1 (studies.smk, sensitivity.smk, ablation.smk, paper.smk) --
+STUDY_OUTPUTS = ["results/studies/{folder}/metrics.json", "results/studies/{folder}/arrays.npz"]
+
+
+def study_command(name, folder, extra=None):
+    return ["study", name, "--out", f"results/studies/{folder}", "--track", EXPERIMENTS["studies"],
+            "--data-root", config["data_root"], "--data-seed", config["data_seed"], *study_settings(name, extra)]
+
+
+KNN = STUDIES_CONFIG["knn"]
+
+
+ABLATION = STUDIES_CONFIG["ablation"]
+
+
+def ablation_inputs(wildcards):
+    if wildcards.dataset in TOY_SETS:
+        return {"flag": TRACKING_FLAG}
+    return {"flag": TRACKING_FLAG, "features": feature_input(wildcards),
+            "reference": f"results/references/{wildcards.dataset}.npz"}
+
+
+def ablation_command(wildcards, input, output):
+    command = ["run", "--method", "basis", "--dataset", wildcards.dataset, "--seed", wildcards.seed,
+               "--out", str(Path(output.metrics).parent), "--data-root", config["data_root"],
+               "--data-seed", config["data_seed"], "--track", EXPERIMENTS["ablation"]]
+    if wildcards.dataset not in TOY_SETS:
+        command += ["--reference", input.reference, *(["--features", input.features] if input.features else [])]
+        command += [item for assignment in settings_for("basis") for item in ("--set", assignment)]
+    # the ablation's own settings (its budget) last, so they win
+    return command + set_arguments({**ABLATION.get("settings", {}), "alignment": wildcards.alignment})
+
+
+FIGURES_DIR = "results/paper/figures"
+
+
+def figure_rule_params(name, folders, figure):
+    """`python -m basis figure` arguments for one figure drawn from study folders."""
+    inputs = [item for folder in folders for item in ("--input", f"results/studies/{folder}")]
+    return ["figure", name, *inputs, "--out", f"{FIGURES_DIR}/{figure}.png", "--track", EXPERIMENTS["paper"],
+            "--caption", f"workflow/report/{figure}.rst"]
+
+
+# figure file name -> (figure of basis.figures, study folders it is drawn from)
+STUDY_FIGURES = {
+    "fig1_toy_examples": ("toy_examples", [f"toy/{name}" for name in STUDIES_CONFIG["toy"]["datasets"]]),
+    "fig2_illustration": ("illustration", ["illustration"]),
+    "fig3_three_moons_consistency": ("anchor_consistency", ["consistency"]),
+    "fig4_bunny_diffusion_maps": ("bunny", ["bunny"]),
+    "fig6_feature_change_training": ("feature_change_training", ["feature_change/main"]),
+    "fig7_feature_change_tsne": ("feature_change_tsne", ["feature_change/main"]),
+    "fig8_feature_change_subset": ("feature_change_snapshots", ["feature_change/subset"]),
+}

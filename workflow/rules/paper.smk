@@ -1,3 +1,5 @@
+# Assembly: Table 1, every figure (PNG + PDF, with a caption in the report and in MLflow),
+# the kNN and ablation summaries, and the paper-vs-reproduced comparison.
 rule table1:
     input:
         flag=TRACKING_FLAG,
@@ -11,7 +13,6 @@ rule table1:
         markdown=report("results/paper/table1.md", caption="../report/table1.rst", category="Table 1"),
         csv="results/paper/table1.csv",
         tex="results/paper/table1.tex",
-        comparison=report("results/paper/comparison.md", caption="../report/comparison.rst", category="Table 1"),
     log:
         "results/logs/paper/table1.log",
     params:
@@ -21,3 +22,100 @@ rule table1:
         "../envs/basis.yaml"
     script:
         "../scripts/table1.py"
+
+
+for figure, (drawing, folders) in STUDY_FIGURES.items():
+
+    rule:
+        name:
+            f"figure_{figure}"
+        input:
+            flag=TRACKING_FLAG,
+            studies=[f"results/studies/{folder}/arrays.npz" for folder in folders],
+            caption=f"workflow/report/{figure}.rst",
+        output:
+            png=report(f"{FIGURES_DIR}/{figure}.png", caption=f"../report/{figure}.rst", category="Figures"),
+            pdf=f"{FIGURES_DIR}/{figure}.pdf",
+        log:
+            f"results/logs/paper/{figure}.log",
+        params:
+            command=figure_rule_params(drawing, folders, figure),
+            tags=run_tags({}, "figure", figure, STUDIES_CONFIG),
+        conda:
+            "../envs/basis.yaml"
+        script:
+            "../scripts/basis_command.py"
+
+
+rule knn_sensitivity:
+    input:
+        flag=TRACKING_FLAG,
+        metrics=expand(
+            "results/knn/{dataset}/k{k}/{method}/seed{seed}/metrics.json",
+            dataset=KNN["dataset"],
+            k=KNN["n_neighbors"],
+            method=KNN["methods"],
+            seed=range(KNN["seeds"]),
+        ),
+        caption="workflow/report/fig5_knn_sensitivity.rst",
+    output:
+        png=report(f"{FIGURES_DIR}/fig5_knn_sensitivity.png", caption="../report/fig5_knn_sensitivity.rst",
+                   category="Figures"),
+        pdf=f"{FIGURES_DIR}/fig5_knn_sensitivity.pdf",
+        csv="results/paper/knn_sensitivity.csv",
+    log:
+        "results/logs/paper/knn_sensitivity.log",
+    params:
+        experiment=EXPERIMENTS["paper"],
+        tags=lambda wildcards: run_tags(wildcards, "knn_sensitivity", "fig5", KNN),
+    conda:
+        "../envs/basis.yaml"
+    script:
+        "../scripts/knn_sensitivity.py"
+
+
+rule ablation_table:
+    input:
+        flag=TRACKING_FLAG,
+        metrics=expand(
+            "results/ablation/{dataset}/{alignment}/seed{seed}/metrics.json",
+            dataset=ABLATION["datasets"],
+            alignment=["ransac", "lstsq", "none"],
+            seed=range(ABLATION["seeds"]),
+        ),
+    output:
+        markdown=report("results/paper/ablation.md", caption="../report/ablation.rst", category="Ablation"),
+        csv="results/paper/ablation.csv",
+    log:
+        "results/logs/paper/ablation.log",
+    params:
+        experiment=EXPERIMENTS["paper"],
+        tags=lambda wildcards: run_tags(wildcards, "ablation_table", "ablation", ABLATION),
+    conda:
+        "../envs/basis.yaml"
+    script:
+        "../scripts/ablation_table.py"
+
+
+rule comparison:
+    input:
+        flag=TRACKING_FLAG,
+        table1="results/paper/table1.csv",
+        knn="results/paper/knn_sensitivity.csv",
+        ablation="results/paper/ablation.csv",
+        toy=expand("results/studies/toy/{dataset}/metrics.json", dataset=STUDIES_CONFIG["toy"]["datasets"]),
+        illustration="results/studies/illustration/metrics.json",
+        consistency="results/studies/consistency/metrics.json",
+        bunny="results/studies/bunny/metrics.json",
+        feature_change=expand("results/studies/feature_change/{part}/metrics.json", part=["main", "subset"]),
+    output:
+        report("results/paper/comparison.md", caption="../report/comparison.rst", category="Comparison"),
+    log:
+        "results/logs/paper/comparison.log",
+    params:
+        experiment=EXPERIMENTS["paper"],
+        tags=lambda wildcards: run_tags(wildcards, "comparison", "comparison", config),
+    conda:
+        "../envs/basis.yaml"
+    script:
+        "../scripts/comparison.py"

@@ -9,12 +9,9 @@ rule reference_embedding:
     benchmark:
         "results/benchmarks/references/{dataset}.tsv"
     params:
-        command=lambda wildcards, input, output: [
-            "reference", "--dataset", wildcards.dataset, "--out", output[0], "--data-root", config["data_root"],
-            "--data-seed", config["data_seed"],
-            *(["--features", input.features] if input.features else []),
-            *[item for assignment in protocol_settings() for item in ("--set", assignment)],
-        ],
+        command=lambda wildcards, input, output: reference_command(
+            wildcards, input, output, protocol_settings()
+        ),
         tags=[],
     resources:
         gpu=1,

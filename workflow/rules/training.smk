@@ -12,14 +12,9 @@ rule train_and_evaluate:
     benchmark:
         "results/benchmarks/runs/{dataset}/{method}/seed{seed}.tsv"
     params:
-        command=lambda wildcards, input, output: [
-            "run", "--method", wildcards.method, "--dataset", wildcards.dataset, "--seed", wildcards.seed,
-            "--out", str(Path(output.metrics).parent), "--data-root", config["data_root"],
-            "--data-seed", config["data_seed"],
-            "--track", EXPERIMENTS["runs"], "--reference", input.reference,
-            *(["--features", input.features] if input.features else []),
-            *[item for assignment in method_settings(wildcards) for item in ("--set", assignment)],
-        ],
+        command=lambda wildcards, input, output: run_command(
+            wildcards, input, output, EXPERIMENTS["runs"], settings_for(wildcards.method)
+        ),
         tags=lambda wildcards: run_tags(wildcards, "train_and_evaluate"),
     resources:
         gpu=1,

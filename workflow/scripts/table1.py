@@ -1,11 +1,11 @@
-"""Assemble Table 1 and the paper comparison from the runs' metrics, and log them to MLflow."""
+"""Assemble Table 1 from the runs' metrics, and log it to MLflow."""
 import json
 import sys
 from pathlib import Path
 
 import pandas as pd
 
-from basis.paper import comparison_markdown, summarize, table_latex, table_markdown
+from basis.paper import summarize, table_latex, table_markdown
 from basis.tracking import tracked_run
 
 smk = snakemake  # noqa: F821 (injected by Snakemake)
@@ -19,9 +19,8 @@ with open(smk.log[0], "w") as log:
     summary.to_csv(smk.output.csv)
     Path(smk.output.markdown).write_text(table_markdown(summary))
     Path(smk.output.tex).write_text(table_latex(summary))
-    Path(smk.output.comparison).write_text(comparison_markdown(summary))
     tags = dict(tag.split("=", 1) for tag in smk.params.tags)
     with tracked_run(smk.params.experiment, "table1", tags) as run:
         run.log_params({"n_runs": len(rows)})
-        for name in ("markdown", "csv", "tex", "comparison"):
+        for name in ("markdown", "csv", "tex"):
             run.log_artifact(smk.output[name])

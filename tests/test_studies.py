@@ -1,0 +1,134 @@
+"""The experiments beyond Table 1 (basis.studies, basis.feature_change) and their claims."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from basis.data import load_dataset
+from basis.feature_change import FeatureChangeTrainer, summarize
+from basis.paper import paper_claims
+from basis.studies import anchor_consistency, illustration, toy_example
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_illustration_alignment_makes_the_subsets_agree():
+    result, a = illustration(n_per_cluster=100, seed=3)
+    assert result["anchor_error_before"] > 0.05  # the two subsets embed the anchors differently
+    assert result["anchor_error_after"] < 1e-9
+    # every cluster of subset 1 lands where subset 2 put that cluster
+    for cluster in range(3):
+        ours = a["aligned1"][a["y"][a["subset1"]] == cluster].mean(axis=0)
+        theirs = a["embedding2"][a["y"][a["subset2"]] == cluster].mean(axis=0)
+        np.testing.assert_allclose(ours, theirs, atol=1e-8)
+
+
+def test_anchor_consistency_spread_shrinks_after_alignment():
+    result, a = anchor_consistency(n_samples=3000, n_batches=6, batch_size=200)
+    assert a["before"].shape == a["after"].shape == (6, 9, 2)
+    assert result["reduction"] >= 10
+
+
+def test_toy_example_clusters_and_covers_a_grid_beyond_the_data():
+    result, a = toy_example("circles", n_samples=2000, n_iter=300, grid_size=30, device="cpu")
+    assert result["nmi"] >= 0.95 and result["acc"] >= 0.95
+    assert a["grid_embedding"].shape == (30, 30, 1) and np.isfinite(a["grid_embedding"]).all()
+    assert a["grid_x"].min() < a["X_test"][:, 0].min() - 0.5 and a["grid_y"].max() > a["X_test"][:, 1].max() + 0.5
+    assert len(a["predicted"]) == len(a["X_test"])
+
+
+def test_toy_example_rejects_a_non_toy_set():
+    with pytest.raises(ValueError, match="unknown toy set 'digits'"):
+        toy_example("digits")
+
+
+@pytest.fixture(scope="module")
+def digits_479():
+    data = load_dataset("digits")
+    keep_train, keep_test = np.isin(data.y_train, [4, 7, 9]), np.isin(data.y_test, [4, 7, 9])
+    return data.X_train[keep_train], data.y_train[keep_train], data.X_test[keep_test], data.y_test[keep_test]
+
+
+def _trainer(**options):
+    settings = dict(n_iter=20, spectral_every=5, batch_size=100, anchors_per_class=5, ransac_sample_size=5,
+                    graph={"n_neighbors": 10, "scale": "local", "scale_neighbor": 7}, eval_every=10, eval_size=100,
+                    snapshot_at=(5, 20), device="cpu", seed=1)
+    return FeatureChangeTrainer(2, **{**settings, **options})
+
+
+def test_feature_change_records_every_curve_and_snapshot(digits_479):
+    steps = []
+    result = _trainer(callback=lambda step, info: steps.append((step, info))).fit(*digits_479)
+    history = result.history
+    assert history["contrastive_loss"][0] == list(range(1, 21))
+    assert history["spectral_mse"][0] == [5, 10, 15, 20]
+    assert history["nmi_val"][0] == [0, 5, 10, 20]  # start, snapshots and every eval_every
+    assert all(0.0 <= v <= 1.0 for v in history["tg_inlier_fraction"][1])
+    assert sorted(result.snapshots) == [5, 20]
+    for snapshot in result.snapshots.values():
+        assert snapshot["base_before"].shape == snapshot["base_after"].shape == (100, 2)
+        assert snapshot["val_embedding"].shape == (len(digits_479[3][:100]), 2)
+    assert [s for s, _ in steps] == list(range(1, 21)) and "spectral_mse" in steps[4][1]
+    summary = summarize(result)
+    assert np.isfinite([summary["nmi_gap_last"], summary["acc_gap_last"], summary["final_d_G_val"]]).all()
+
+
+def test_feature_change_is_deterministic_and_t_g_can_be_switched_off(digits_479):
+    first, second = _trainer().fit(*digits_479), _trainer().fit(*digits_479)
+    assert first.history == second.history
+    without = _trainer(use_global_transform=False).fit(*digits_479)
+    for snapshot in without.snapshots.values():
+        np.testing.assert_array_equal(snapshot["base_before"], snapshot["base_after"])
+    assert any(not np.allclose(s["base_before"], s["base_after"]) for s in first.snapshots.values())
+
+
+def _claims(toy_nmi=1.0, basis_spread=0.001, circle=0.99, gap=0.01, none_d_G=0.9):
+    knn = pd.DataFrame([
+        {"method": method, "n_neighbors": k, **{f"{m}_mean": base + spread * i for m in ("nmi", "acc", "d_G", "d_perp")}}
+        for method, base, spread in (("basis", 0.9, basis_spread), ("diffusion_net", 0.8, 0.05))
+        for i, k in enumerate((10, 20, 30))
+    ])
+    ablation = pd.DataFrame([{"dataset": "two_moons", "alignment": a, "d_G_mean": v}
+                             for a, v in (("ransac", 0.1), ("lstsq", 0.2), ("none", none_d_G))])
+    rows = paper_claims(
+        toy={"three_moons": {"nmi": toy_nmi, "acc": 1.0}},
+        illustration={"anchor_error_before": 0.3, "anchor_error_after": 1e-12},
+        consistency={"reduction": 50.0, "spread_before": 0.05, "spread_after": 0.001},
+        knn=knn,
+        bunny={"circular_correlation_network": circle, "circular_correlation_analytic_test": 0.99, "d_G": 0.05},
+        feature_change={"main": {"nmi_gap_last": gap, "acc_gap_last": gap, "final_nmi_val": 0.9, "final_nmi_analytic": 0.9}},
+        ablation=ablation,
+    )
+    return {row["claim"].split(":")[0]: row["reproduced"] for row in rows}
+
+
+def test_paper_claims_follow_the_measured_numbers():
+    assert all(_claims().values())
+    failing = _claims(toy_nmi=0.9, basis_spread=0.2, circle=0.5, gap=0.2, none_d_G=0.05)
+    assert not failing["toy three_moons"]
+    assert not failing["Fig. 5"] and not failing["Fig. 4"] and not failing["Fig. 6 (main)"]
+    assert not failing["Sec. 3 (ablation, two_moons)"]
+    assert failing["Fig. 2"] and failing["Fig. 3"]
+
+
+def _basis(*args):
+    return subprocess.run([sys.executable, "-m", "basis", *args], capture_output=True, text=True, timeout=300, cwd=ROOT)
+
+
+def test_study_cli_writes_its_results_and_refuses_unknown_settings(tmp_path):
+    done = _basis("study", "illustration", "--out", str(tmp_path), "--set", "n_per_cluster=30", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["anchor_error_after"] < 1e-9
+    assert json.loads((tmp_path / "metrics.json").read_text()) == json.loads(done.stdout)
+    figure = tmp_path / "fig2.png"
+    done = _basis("figure", "illustration", "--input", str(tmp_path), "--out", str(figure), "--json")
+    assert done.returncode == 0, done.stderr
+    assert figure.stat().st_size > 10_000 and figure.with_suffix(".pdf").stat().st_size > 1_000
+    done = _basis("study", "bunny", "--out", str(tmp_path), "--set", "n_frame=10")
+    assert done.returncode == 2 and "unknown option(s) ['n_frame']" in done.stderr and "n_frames" in done.stderr
+    done = _basis("figure", "bunny", "--input", str(tmp_path / "missing"), "--out", str(figure))
+    assert done.returncode == 2 and "no arrays.npz" in done.stderr

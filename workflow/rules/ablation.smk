@@ -1,0 +1,25 @@
+# The alignment ablation: BASiS with RANSAC, plain least squares and no alignment, same
+# budget. Toy sets use the toy defaults (`python -m basis run` on a toy set) and compute
+# their small reference in the job; image sets use the protocol and the shared reference.
+rule ablation_run:
+    input:
+        unpack(ablation_inputs),
+    output:
+        metrics="results/ablation/{dataset}/{alignment}/seed{seed}/metrics.json",
+        model="results/ablation/{dataset}/{alignment}/seed{seed}/model.pt",
+        embedding="results/ablation/{dataset}/{alignment}/seed{seed}/embedding.npz",
+    wildcard_constraints:
+        alignment="ransac|lstsq|none",
+    log:
+        "results/logs/ablation/{dataset}/{alignment}/seed{seed}.log",
+    benchmark:
+        "results/benchmarks/ablation/{dataset}/{alignment}/seed{seed}.tsv"
+    params:
+        command=ablation_command,
+        tags=lambda wildcards: run_tags(wildcards, "ablation_run", f"alignment-{wildcards.alignment}"),
+    resources:
+        gpu=1,
+    conda:
+        "../envs/basis.yaml"
+    script:
+        "../scripts/basis_command.py"

@@ -1,0 +1,47 @@
+# Fig. 5: every method of experiments.knn.methods over a grid of neighbour counts k,
+# experiments.knn.seeds runs per point, against a reference embedding of the same graph.
+rule knn_reference:
+    input:
+        data="results/data/{dataset}.json",
+        features=feature_input,
+    output:
+        "results/references/knn/{dataset}_k{k}.npz",
+    log:
+        "results/logs/references/knn/{dataset}_k{k}.log",
+    params:
+        command=lambda wildcards, input, output: reference_command(
+            wildcards, input, output, protocol_settings() + [f"graph.n_neighbors={wildcards.k}"]
+        ),
+        tags=[],
+    resources:
+        gpu=1,
+    conda:
+        "../envs/basis.yaml"
+    script:
+        "../scripts/basis_command.py"
+
+
+rule knn_run:
+    input:
+        flag=TRACKING_FLAG,
+        features=feature_input,
+        reference="results/references/knn/{dataset}_k{k}.npz",
+    output:
+        metrics="results/knn/{dataset}/k{k}/{method}/seed{seed}/metrics.json",
+        model="results/knn/{dataset}/k{k}/{method}/seed{seed}/model.pt",
+        embedding="results/knn/{dataset}/k{k}/{method}/seed{seed}/embedding.npz",
+    log:
+        "results/logs/knn/{dataset}/k{k}/{method}/seed{seed}.log",
+    benchmark:
+        "results/benchmarks/knn/{dataset}/k{k}/{method}/seed{seed}.tsv"
+    params:
+        command=lambda wildcards, input, output: run_command(
+            wildcards, input, output, EXPERIMENTS["sensitivity"], settings_for(wildcards.method) + [f"graph.n_neighbors={wildcards.k}"]
+        ),
+        tags=lambda wildcards: run_tags(wildcards, "knn_run", f"k{wildcards.k}"),
+    resources:
+        gpu=1,
+    conda:
+        "../envs/basis.yaml"
+    script:
+        "../scripts/basis_command.py"

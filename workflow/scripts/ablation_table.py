@@ -1,0 +1,24 @@
+"""The alignment ablation: BASiS runs with RANSAC, least squares and no alignment, side by side."""
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from basis.paper import ablation_markdown, sweep_summary
+from basis.tracking import tracked_run
+
+smk = snakemake  # noqa: F821 (injected by Snakemake)
+with open(smk.log[0], "w") as log:
+    sys.stderr = sys.stdout = log
+    rows = []
+    for path in map(Path, smk.input.metrics):  # results/ablation/{dataset}/{alignment}/seed{seed}/metrics.json
+        rows.append({"dataset": path.parts[-4], "method": path.parts[-3], **json.loads(path.read_text())})
+    summary = sweep_summary(pd.DataFrame(rows), by="dataset").rename(columns={"method": "alignment"})
+    summary.to_csv(smk.output.csv, index=False)
+    Path(smk.output.markdown).write_text(ablation_markdown(summary))
+    tags = dict(tag.split("=", 1) for tag in smk.params.tags)
+    with tracked_run(smk.params.experiment, "ablation", tags) as run:
+        run.log_params({"n_runs": len(rows)})
+        for name in ("markdown", "csv"):
+            run.log_artifact(smk.output[name])

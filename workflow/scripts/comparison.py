@@ -1,0 +1,34 @@
+"""The paper-vs-reproduced report: Table 1's numbers and one line per other claim."""
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from basis.paper import claims_markdown, comparison_markdown, paper_claims
+from basis.tracking import tracked_run
+
+smk = snakemake  # noqa: F821 (injected by Snakemake)
+
+
+def load(path):
+    return json.loads(Path(path).read_text())
+
+
+with open(smk.log[0], "w") as log:
+    sys.stderr = sys.stdout = log
+    table1 = pd.read_csv(smk.input.table1, header=[0, 1], index_col=[0, 1])
+    rows = paper_claims(
+        toy={Path(path).parent.name: load(path) for path in smk.input.toy},
+        illustration=load(smk.input.illustration),
+        consistency=load(smk.input.consistency),
+        knn=pd.read_csv(smk.input.knn),
+        bunny=load(smk.input.bunny),
+        feature_change={Path(path).parent.name: load(path) for path in smk.input.feature_change},
+        ablation=pd.read_csv(smk.input.ablation),
+    )
+    Path(smk.output[0]).write_text(comparison_markdown(table1) + "\n" + claims_markdown(rows))
+    tags = dict(tag.split("=", 1) for tag in smk.params.tags)
+    with tracked_run(smk.params.experiment, "comparison", tags) as run:
+        run.log_metrics({"claims_reproduced": sum(r["reproduced"] for r in rows), "claims": len(rows)})
+        run.log_artifact(smk.output[0])

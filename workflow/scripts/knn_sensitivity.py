@@ -1,0 +1,26 @@
+"""Fig. 5: summarise the kNN sweep's runs per method and k, draw the four panels, log to MLflow."""
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from basis.figures import knn_sensitivity
+from basis.paper import sweep_summary
+from basis.tracking import tracked_run
+
+smk = snakemake  # noqa: F821 (injected by Snakemake)
+with open(smk.log[0], "w") as log:
+    sys.stderr = sys.stdout = log
+    rows = []
+    for path in map(Path, smk.input.metrics):  # results/knn/{dataset}/k{k}/{method}/seed{seed}/metrics.json
+        rows.append({"method": path.parts[-3], "n_neighbors": int(path.parts[-4][1:]), **json.loads(path.read_text())})
+    summary = sweep_summary(pd.DataFrame(rows), by="n_neighbors")
+    summary.to_csv(smk.output.csv, index=False)
+    knn_sensitivity(summary, smk.output.png)
+    tags = dict(tag.split("=", 1) for tag in smk.params.tags)
+    with tracked_run(smk.params.experiment, "fig5_knn_sensitivity", tags) as run:
+        run.set_description(Path(smk.input.caption).read_text())
+        run.log_params({"n_runs": len(rows)})
+        for name in ("png", "pdf", "csv"):
+            run.log_artifact(smk.output[name])
