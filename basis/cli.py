@@ -12,8 +12,6 @@ import numpy as np
 
 from basis.data import DATASETS, DatasetUnavailableError
 from basis.methods import METHODS
-from basis.figures import FIGURES
-from basis.studies import STUDIES
 
 
 def _print(result: dict, as_json: bool) -> None:
@@ -139,8 +137,10 @@ def cmd_features(args: argparse.Namespace) -> int:
 
 
 def cmd_study(args: argparse.Namespace) -> int:
-    from basis.studies import save_study, study_options
+    from basis.studies import STUDIES, save_study, study_options
 
+    if args.name not in STUDIES:
+        raise ValueError(f"unknown study {args.name!r}; valid: {sorted(STUDIES)}")
     options = _options(args.set, study_options(args.name), f"study {args.name!r}")
     study = STUDIES[args.name]
     accepted = study_options(args.name, include_common=True)
@@ -167,6 +167,8 @@ def cmd_figure(args: argparse.Namespace) -> int:
 
     from basis.figures import FIGURES
 
+    if args.name not in FIGURES:
+        raise ValueError(f"unknown figure {args.name!r}; valid: {sorted(FIGURES)}")
     draw = FIGURES[args.name]
     takes_many = next(iter(inspect.signature(draw).parameters)) == "folders"
     if not takes_many and len(args.input) != 1:
@@ -246,13 +248,13 @@ def build_parser() -> argparse.ArgumentParser:
     features.set_defaults(func=cmd_features)
 
     study = sub.add_parser("study", help="one of the paper's other experiments (toy examples, bunny, feature change, ...)")
-    study.add_argument("name", choices=sorted(STUDIES))
+    study.add_argument("name", help="toy, illustration, consistency, bunny or feature_change")
     study.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a setting of the study")
     study.add_argument("--out", required=True, help="folder for metrics.json and arrays.npz")
     study.set_defaults(func=cmd_study)
 
     figure = sub.add_parser("figure", help="draw one of the paper's figures (PNG and PDF) from study folders")
-    figure.add_argument("name", choices=sorted(FIGURES))
+    figure.add_argument("name", help="a figure of basis.figures.FIGURES (toy_examples, bunny, ...)")
     figure.add_argument("--input", action="append", required=True, help="a study folder (repeat for several)")
     figure.add_argument("--out", required=True, help="the PNG to write; the PDF goes next to it")
     figure.add_argument("--caption", help="caption file, logged with the figure (with --track)")

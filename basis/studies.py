@@ -67,10 +67,28 @@ def toy_example(
     pad = grid_margin * (high - low)
     gx, gy = np.meshgrid(*(np.linspace(lo, hi, grid_size) for lo, hi in zip(low - pad, high + pad)))
     grid = model.transform(np.stack([gx.ravel(), gy.ravel()], axis=1)).reshape(grid_size, grid_size, -1)
-    result.update(n_fallbacks=model.n_fallbacks_, final_loss=float(np.mean(model.loss_curve_[-20:])))
+    result.update(n_fallbacks=model.n_fallbacks_, final_loss=float(np.mean(model.loss_curve_[-20:])),
+                  batch_analytic_nmi=batch_embedding_nmi(data.X_train, data.y_train, graph, model.batch_size,
+                                                         model.n_components, seed=seed))
     arrays = {"X_test": data.X_test, "y_test": data.y_test, "predicted": predicted, "grid_x": gx, "grid_y": gy,
               "grid_embedding": grid, "anchors": data.X_train[anchors]}
     return result, arrays
+
+
+def batch_embedding_nmi(
+    X: np.ndarray, y: np.ndarray, graph: dict, batch_size: int, n_components: int, *, n_batches: int = 10, seed: int = 0
+) -> float:
+    """Mean NMI of K-means on the analytic embedding (L = D - W, trivial vector dropped)
+    of random batches: what a batch can express at all, whatever the network learns."""
+    rng = np.random.default_rng(seed)
+    config, scores = GraphConfig.from_dict(graph), []
+    for _ in range(n_batches):
+        batch = rng.choice(len(X), batch_size, replace=False)
+        W = dense_affinity(torch.as_tensor(X[batch], dtype=torch.float64), config)
+        phi, _ = spectral_embedding(W, n_components, operator="unnormalized", drop_trivial=True, on_disconnected="ignore")
+        labels = metrics.kmeans_labels(phi.numpy(), len(np.unique(y)), seed=seed)
+        scores.append(metrics.nmi(y[batch], labels))
+    return float(np.mean(scores))
 
 
 def illustration(*, n_per_cluster: int = 150, n_neighbors: int = 10, seed: int = 0) -> Study:

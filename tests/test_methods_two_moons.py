@@ -17,17 +17,31 @@ ROOT = Path(__file__).resolve().parents[1]
         "specnet1",
         pytest.param("specnet2", marks=pytest.mark.xfail(
             strict=True,
-            reason="known gap: SpecNet2 reaches NMI ~0.2-0.3 on two moons in 1,000 iterations (float32 and float64);"
-                   " its loss barely separates the Fiedler vector (pencil eigenvalues 1 and 0.9997)")),
+            reason="known gap: SpecNet2 reaches NMI ~0.2-0.3 on two moons in the shared 1,000 iterations (float32 and"
+                   " float64); its loss barely separates the Fiedler vector (pencil eigenvalues 1 and 0.9997)."
+                   " See test_specnet2_clusters_two_moons_with_deflation_and_a_longer_budget")),
     ],
 )
 def test_method_clusters_two_moons(method):
+    result = _run(method)
+    assert result["train_seconds"] < 120
+    assert result["nmi"] >= 0.95, result
+
+
+def test_specnet2_clusters_two_moons_with_deflation_and_a_longer_budget():
+    """SpecNet2 with its trivial-eigenvector deflation and 4x the budget: on an H200 this
+    reached NMI 1.0 where 4,000 iterations without deflation reached 0.32 (BENCHMARKS.md)."""
+    result = _run("specnet2", "drop_trivial=true", "n_iter=4000")
+    assert result["train_seconds"] < 120
+    assert result["nmi"] >= 0.95, result
+
+
+def _run(method, *settings):
+    sets = [item for setting in ("eval.probe_epochs=1", *settings) for item in ("--set", setting)]
     done = subprocess.run(
         [sys.executable, "-m", "basis", "run", "--method", method, "--dataset", "two_moons", "--json", "--device", "cpu",
-         "--set", "eval.probe_epochs=1"],
+         *sets],
         capture_output=True, text=True, timeout=300, cwd=ROOT,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    result = json.loads(done.stdout)
-    assert result["train_seconds"] < 120
-    assert result["nmi"] >= 0.95, result
+    return json.loads(done.stdout)

@@ -121,6 +121,9 @@ def _basis(*args):
 
 def test_study_cli_writes_its_results_and_refuses_unknown_settings(tmp_path):
     done = _basis("study", "illustration", "--out", str(tmp_path), "--set", "n_per_cluster=30", "--json")
+    assert done.returncode == 2 and "the clusters would be joined; raise n_per_cluster" in done.stderr
+    assert not (tmp_path / "metrics.json").exists()
+    done = _basis("study", "illustration", "--out", str(tmp_path), "--set", "n_per_cluster=80", "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["anchor_error_after"] < 1e-9
     assert json.loads((tmp_path / "metrics.json").read_text()) == json.loads(done.stdout)
