@@ -20,7 +20,7 @@ from basis import metrics
 from basis.alignment import apply_affine, global_transform
 from basis.experiment import analytic_embedding
 from basis.features import SiameseFeatures
-from basis.methods import BASiS, StepTimer, basis_loss
+from basis.methods import BASiS, StepTimer
 
 
 @dataclass
@@ -122,7 +122,8 @@ class FeatureChangeTrainer:
         base, n_anchors = spectral.reference_indices_, len(spectral.anchor_indices_)
         result.base_labels = np.asarray(y_train)[base.numpy()]
         base_embedding = spectral.reference_embedding_
-        self._evaluate(0, result, images[train_eval], np.asarray(y_train)[train_eval], images_val_t)
+        images_train_eval, y_train_eval = images[train_eval], np.asarray(y_train)[train_eval]
+        self._evaluate(0, result, images_train_eval, y_train_eval, images_val_t)
         for iteration in range(1, self.n_iter + 1):
             info = {"contrastive_loss": features.step()}
             result.record("contrastive_loss", iteration, info["contrastive_loss"])
@@ -130,7 +131,7 @@ class FeatureChangeTrainer:
                 base_embedding, step_info = self._spectral_step(iteration, base, n_anchors, base_embedding, result)
                 info.update(step_info)
             if iteration % self.eval_every == 0 or iteration in self.snapshot_at or iteration == self.n_iter:
-                info.update(self._evaluate(iteration, result, images[train_eval], np.asarray(y_train)[train_eval], images_val_t))
+                info.update(self._evaluate(iteration, result, images_train_eval, y_train_eval, images_val_t))
             if self.callback is not None:
                 self.callback(iteration, info)
         result.seconds = time.perf_counter() - started
@@ -140,10 +141,9 @@ class FeatureChangeTrainer:
         self, iteration: int, base: torch.Tensor, n_anchors: int, previous: torch.Tensor, result: FeatureChangeResult
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """Algorithm 2 (base re-embedding and T_G), then one BASiS step (Algorithm 1)."""
-        features, spectral = self.features, self.spectral
-        images = features.images_
+        spectral = self.spectral
         timer = StepTimer(spectral.device_)
-        updated = spectral._embed_batch(features.embed(images[base.to(images.device)]), timer)
+        updated = spectral._embed_batch(self._features_of(base), timer)
         info: dict[str, float] = {}
         if updated is None:  # the base graph fell apart under the new features: keep the previous base
             current = previous
@@ -163,14 +163,18 @@ class FeatureChangeTrainer:
             result.snapshots[iteration] = {
                 "base_before": (previous if updated is None else updated).cpu().numpy(), "base_after": current.cpu().numpy(),
             }
-        _, X_batch, phi = spectral._draw_embedded_batch(
-            len(images), lambda batch: features.embed(images[batch.to(images.device)]), timer
-        )
-        phi, align_info = spectral.align(phi)
+        images = self.features.images_
+        batch = spectral._aligned_batch(len(images), self._features_of, timer)
         spectral.model_.train()
-        mse = spectral._gradient_step(basis_loss(spectral.model_(X_batch), phi))
+        loss, align_info = spectral._batch_loss(images, batch, timer)
+        mse = spectral._gradient_step(loss)
         result.record("spectral_mse", iteration, mse)
         return current, {**info, "spectral_mse": mse, "inlier_fraction": align_info["inlier_fraction"]}
+
+    def _features_of(self, indices: torch.Tensor) -> torch.Tensor:
+        """Current features of the training images at ``indices``."""
+        images = self.features.images_
+        return self.features.embed(images[indices.to(images.device)])
 
     def _evaluate(
         self, iteration: int, result: FeatureChangeResult, images_train: torch.Tensor, y_train: np.ndarray,

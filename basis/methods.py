@@ -485,7 +485,14 @@ class BASiS(SpectralEstimator):
         )
 
     def _next_batch(self, X: torch.Tensor, timer: StepTimer) -> tuple[torch.Tensor, torch.Tensor, dict]:
-        _, X_batch, phi = self._draw_embedded_batch(X.shape[0], lambda batch: X[batch.to(X.device)], timer)
+        return self._aligned_batch(X.shape[0], lambda batch: X[batch.to(X.device)], timer)
+
+    def _aligned_batch(
+        self, n: int, features_of: Callable[[torch.Tensor], torch.Tensor], timer: StepTimer
+    ) -> tuple[torch.Tensor, torch.Tensor, dict]:
+        """A drawn batch (see :meth:`_draw_embedded_batch`): its features and its embedding
+        aligned to the reference, with the alignment's info."""
+        _, X_batch, phi = self._draw_embedded_batch(n, features_of, timer)
         with timer("alignment"):
             phi, info = self.align(phi)
         return X_batch, phi, info

@@ -61,29 +61,40 @@ def settings_for(method):
     return protocol_settings() + [f"{k}={v}" for k, v in config["methods"][method].items()]
 
 
+def set_options(assignments):
+    """--set arguments for ``key=value`` assignments."""
+    return [item for assignment in assignments for item in ("--set", assignment)]
+
+
+def features_option(input):
+    """--features for a job whose data set is embedded through Siamese features."""
+    features = getattr(input, "features", None)
+    return ["--features", features] if features else []
+
+
 def reference_command(wildcards, input, output, settings):
     """`python -m basis reference`: the analytic embedding of a data set's test split."""
     return [
         "reference", "--dataset", wildcards.dataset, "--out", output[0], "--data-root", config["data_root"],
-        "--data-seed", config["data_seed"], *(["--features", input.features] if input.features else []),
-        *[item for assignment in settings for item in ("--set", assignment)],
+        "--data-seed", config["data_seed"], *features_option(input), *set_options(settings),
     ]
 
 
-def run_command(wildcards, input, output, experiment, settings):
-    """`python -m basis run` for one method, data set and seed, against a stored reference."""
+def run_command(method, wildcards, input, output, experiment, settings):
+    """`python -m basis run` for one method, data set and seed; against a stored
+    reference when the job has one as input (else the run computes it)."""
+    reference = getattr(input, "reference", None)
     return [
-        "run", "--method", wildcards.method, "--dataset", wildcards.dataset, "--seed", wildcards.seed,
+        "run", "--method", method, "--dataset", wildcards.dataset, "--seed", wildcards.seed,
         "--out", str(Path(output.metrics).parent), "--data-root", config["data_root"],
-        "--data-seed", config["data_seed"], "--track", experiment, "--reference", input.reference,
-        *(["--features", input.features] if input.features else []),
-        *[item for assignment in settings for item in ("--set", assignment)],
+        "--data-seed", config["data_seed"], "--track", experiment, *(["--reference", reference] if reference else []),
+        *features_option(input), *set_options(settings),
     ]
 
 
 def set_arguments(settings):
     """--set arguments for a dict of settings; values as JSON, which the CLI reads as YAML."""
-    return [item for key, value in settings.items() for item in ("--set", f"{key}={json.dumps(value)}")]
+    return set_options(f"{key}={json.dumps(value)}" for key, value in settings.items())
 
 
 def study_settings(name, extra=None):
@@ -160,14 +171,11 @@ def ablation_inputs(wildcards):
 
 
 def ablation_command(wildcards, input, output):
-    command = ["run", "--method", "basis", "--dataset", wildcards.dataset, "--seed", wildcards.seed,
-               "--out", str(Path(output.metrics).parent), "--data-root", config["data_root"],
-               "--data-seed", config["data_seed"], "--track", EXPERIMENTS["ablation"]]
-    if wildcards.dataset not in TOY_SETS:
-        command += ["--reference", input.reference, *(["--features", input.features] if input.features else [])]
-        command += [item for assignment in settings_for("basis") for item in ("--set", assignment)]
+    protocol = [] if wildcards.dataset in TOY_SETS else settings_for("basis")
     # the ablation's own settings (its budget) last, so they win
-    return command + set_arguments({**ABLATION.get("settings", {}), "alignment": wildcards.alignment})
+    return run_command("basis", wildcards, input, output, EXPERIMENTS["ablation"], protocol) + set_arguments(
+        {**ABLATION.get("settings", {}), "alignment": wildcards.alignment}
+    )
 
 
 FIGURES_DIR = "results/paper/figures"

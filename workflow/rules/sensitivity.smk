@@ -36,7 +36,7 @@ rule knn_run:
         "results/benchmarks/knn/{dataset}/k{k}/{method}/seed{seed}.tsv"
     params:
         command=lambda wildcards, input, output: run_command(
-            wildcards, input, output, EXPERIMENTS["sensitivity"], settings_for(wildcards.method) + [f"graph.n_neighbors={wildcards.k}"]
+            wildcards.method, wildcards, input, output, EXPERIMENTS["sensitivity"], settings_for(wildcards.method) + [f"graph.n_neighbors={wildcards.k}"]
         ),
         tags=lambda wildcards: run_tags(wildcards, "knn_run", f"k{wildcards.k}"),
     resources:

@@ -13,7 +13,7 @@ rule train_and_evaluate:
         "results/benchmarks/runs/{dataset}/{method}/seed{seed}.tsv"
     params:
         command=lambda wildcards, input, output: run_command(
-            wildcards, input, output, EXPERIMENTS["runs"], settings_for(wildcards.method)
+            wildcards.method, wildcards, input, output, EXPERIMENTS["runs"], settings_for(wildcards.method)
         ),
         tags=lambda wildcards: run_tags(wildcards, "train_and_evaluate"),
     resources:
