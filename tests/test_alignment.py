@@ -2,7 +2,9 @@ import numpy as np
 import pytest
 import torch
 
-from basis.alignment import affine_least_squares, apply_affine, global_transform, ransac_affine
+from basis.alignment import (
+    affine_least_squares, align_affine, apply_affine, global_transform, least_squares, ransac_affine,
+)
 
 
 def _random_affine(rng, dim):
@@ -61,3 +63,62 @@ def test_global_transform_maps_updated_anchors_onto_previous(rng):
     previous = apply_affine(T, updated)
     result = global_transform(previous, updated, sample_size=10, tolerance=1e-6)
     assert torch.allclose(apply_affine(result.transform, updated), previous, atol=1e-8)
+
+
+def _anchor_design_with_trivial_vector(rng, n=250, dim=10):
+    """Anchor embeddings whose first column is the trivial vector, constant up to 1e-12:
+    the design [phi, 1] is rank-deficient, as on real image features where it is nearly so."""
+    phi = rng.normal(scale=0.05, size=(n, dim))
+    phi[:, 0] = 1.0 / np.sqrt(512) + 1e-12 * rng.normal(size=n)
+    return torch.as_tensor(phi)
+
+
+def test_least_squares_is_minimum_norm_on_a_rank_deficient_design(rng):
+    A = torch.as_tensor(rng.normal(size=(30, 4)))
+    A = torch.cat([A, A[:, :1]], dim=1)  # two equal columns: rank 4 of 5
+    B = torch.as_tensor(rng.normal(size=(30, 3)))
+    X = least_squares(A, B)
+    assert torch.isfinite(X).all()
+    # The minimum-norm solution splits the weight of the repeated column evenly ...
+    assert torch.allclose(X[0], X[4], atol=1e-10)
+    # ... and is the pseudo-inverse's.
+    assert torch.allclose(X, torch.linalg.pinv(A) @ B, atol=1e-10)
+
+
+def test_least_squares_matches_the_cpu_lstsq_on_well_conditioned_designs(rng):
+    A = torch.as_tensor(rng.normal(size=(7, 40, 11)))
+    B = torch.as_tensor(rng.normal(size=(7, 40, 10)))
+    assert torch.allclose(least_squares(A, B), torch.linalg.lstsq(A, B).solution, atol=1e-10)
+
+
+def test_alignment_never_uses_lstsq_whose_semantics_depend_on_the_device(rng, monkeypatch):
+    """The exact code path of a GPU: CUDA's lstsq (gels) raises on a rank-deficient design
+    instead of returning a minimum-norm solution; here every lstsq call raises the same way."""
+    def cuda_like_lstsq(*args, **kwargs):
+        raise torch.linalg.LinAlgError("lstsq: the input matrix does not have full rank (CUDA gels)")
+
+    monkeypatch.setattr(torch.linalg, "lstsq", cuda_like_lstsq)
+    source = _anchor_design_with_trivial_vector(rng)
+    T = _random_affine(rng, 10)
+    target = apply_affine(T, source)
+    for result in (
+        align_affine(source, target),
+        ransac_affine(source, target, sample_size=20, tolerance=1e-6),
+        global_transform(target, source, sample_size=20, tolerance=1e-6),
+    ):
+        assert torch.isfinite(result.transform).all()
+        # The fitted map reproduces the targets even though T itself is not identifiable.
+        assert torch.allclose(apply_affine(result.transform, source), target, atol=1e-8)
+        assert result.inliers.all()
+
+
+def test_an_ill_conditioned_minimal_refit_does_not_blow_up(rng):
+    """K+1 anchors whose design has condition number ~1e5: the exact interpolation has
+    coefficients in the thousands; the truncated solve keeps the map at the data's scale."""
+    dim = 9
+    source = torch.as_tensor(rng.normal(scale=0.1, size=(dim + 1, dim)))
+    source[-1] = source[:-1].mean(dim=0) + 1e-6 * torch.as_tensor(rng.normal(size=dim))  # nearly affinely dependent
+    target = torch.as_tensor(rng.normal(scale=0.1, size=(dim + 1, dim)))
+    exact = torch.linalg.solve(torch.cat([source, torch.ones(dim + 1, 1, dtype=source.dtype)], 1), target).T
+    assert exact.abs().max() > 1e3
+    assert affine_least_squares(source, target).abs().max() < 10
