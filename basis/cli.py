@@ -12,6 +12,7 @@ import numpy as np
 
 from basis.data import DATASETS, DatasetUnavailableError
 from basis.methods import METHODS
+from basis.threads import limit_threads
 
 
 def _print(result: dict, as_json: bool) -> None:
@@ -47,7 +48,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     with _maybe_tracked(args, f"{args.dataset}-{args.method}-seed{args.seed}", tags) as run:
         if run:
             run.log_params({"method": args.method, "dataset": args.dataset, "seed": args.seed, "data_seed": args.data_seed,
-                            "device": args.device, "features": args.features or "raw", **settings})
+                            "device": args.device, "threads": args.threads, "features": args.features or "raw", **settings})
         result = run_method(args.method, data, seed=args.seed, device=args.device, settings=settings,
                             callback=run.log_step if run else None, reference=args.reference)
         output = {k: result.metrics[k] for k in ("d_G", "d_perp", "nmi", "acc", "accuracy", "train_seconds")}
@@ -206,10 +207,13 @@ def _options(assignments: list[str], valid: list[str], what: str) -> dict:
 def cmd_bench(args: argparse.Namespace) -> int:
     from basis import bench
 
+    from basis.threads import thread_report
+
     if args.what == "step":
         result = bench.bench_step(batch_size=args.m, n_components=args.k_eig, dim=args.d, n_neighbors=args.k, device=args.device)
     else:
         result = bench.bench_reference(n=args.n, dim=args.d, n_neighbors=args.k, n_components=args.k_eig, device=args.device)
+    result["threads"] = thread_report()
     _print(result, args.json)
     return 0
 
@@ -287,6 +291,8 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--data-root", default="resources/data")
         command.add_argument("--data-seed", type=int, default=0,
                              help="seed of generated data sets and of splits (one data set, many training seeds)")
+        command.add_argument("--threads", type=int, default=None,
+                             help="CPU threads this job may use, all pools together (default: the cores it may run on)")
     return parser
 
 
@@ -294,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
+        args.threads = limit_threads(args.threads)
         return args.func(args)
     except (ValueError, DatasetUnavailableError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import inspect
 import logging
-import os
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -56,21 +55,33 @@ def check_features(X: Any, name: str = "X") -> np.ndarray:
 
 @contextmanager
 def _split_cores(device: torch.device):
-    """On the CPU, give half the cores to torch (gradient step) and the rest to BLAS
-    (the worker's eigensolves), so the two pipeline stages do not fight over cores.
+    """Split this process's thread budget (torch's thread count, which ``--threads`` sets)
+    between the gradient step (torch) and the worker's eigensolves (BLAS) on the CPU, so
+    the two pipeline stages together use no more threads than the budget. Yields whether
+    there is room for the worker at all (a budget of one thread runs the stages in turn).
     Thread settings are restored afterwards."""
+    budget = torch.get_num_threads()
     if device.type != "cpu":
-        yield
+        yield True
         return
-    cores = os.cpu_count() or 1
-    torch_threads = max(1, cores // 2)
-    previous = torch.get_num_threads()
+    if budget == 1:
+        with threadpool_limits(limits=1, user_api="blas"):
+            yield False
+        return
+    torch_threads = budget // 2
     torch.set_num_threads(torch_threads)
     try:
-        with threadpool_limits(limits=max(1, cores - torch_threads), user_api="blas"):
-            yield
+        with threadpool_limits(limits=budget - torch_threads, user_api="blas"):
+            yield True
     finally:
-        torch.set_num_threads(previous)
+        torch.set_num_threads(budget)
+
+
+def _run_now(function: Callable, *args: Any) -> Future:
+    """``function(*args)`` run at once, as a finished future (the worker's stand-in)."""
+    future: Future = Future()
+    future.set_result(function(*args))
+    return future
 
 
 class StepTimer:
@@ -202,14 +213,16 @@ class SpectralEstimator:
         self.model_.train()
         # The next batch and its analytic target do not depend on the network, so a
         # worker thread prepares batch t+1 while the main thread steps on batch t
-        # (LAPACK and torch release the GIL). Draws happen in the same order either way.
-        with _split_cores(self.device_), ThreadPoolExecutor(max_workers=1) as worker:
-            pending = worker.submit(self._timed_batch, X_t)
+        # (LAPACK and torch release the GIL). Draws happen in the same order either way,
+        # so a one-thread budget, which prepares each batch in turn, gives the same run.
+        with _split_cores(self.device_) as pipelined, ThreadPoolExecutor(max_workers=1) as worker:
+            prepare = worker.submit if pipelined else _run_now
+            pending = prepare(self._timed_batch, X_t)
             for step in range(self.n_iter):
                 start = time.perf_counter()
                 batch, timer = pending.result()
                 if step + 1 < self.n_iter:
-                    pending = worker.submit(self._timed_batch, X_t)
+                    pending = prepare(self._timed_batch, X_t)
                 loss, info = self._batch_loss(X_t, batch, timer)
                 with timer("gradient"):
                     loss_value = self._gradient_step(loss)

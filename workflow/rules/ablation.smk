@@ -19,6 +19,7 @@ rule ablation_run:
         tags=lambda wildcards: run_tags(wildcards, "ablation_run", f"alignment-{wildcards.alignment}"),
     resources:
         gpu=1,
+    threads: RUN_THREADS
     conda:
         "../envs/basis.yaml"
     script:

@@ -27,6 +27,12 @@ wildcard_constraints:
     k=r"\d+",
 TRACKING_FLAG = "results/mlflow/experiments.json"
 
+# Threads per job; each job's `python -m basis ... --threads N` holds every thread pool
+# to them. One thread for the many runs (they fill the cores side by side), more for the
+# few whole-set jobs on the critical path. Change with --set-threads RULE=N.
+RUN_THREADS = 1
+HEAVY_THREADS = 4
+
 
 def close_stale_runs():
     """Runs left RUNNING by a killed job are marked KILLED when an invocation starts.

@@ -9,6 +9,7 @@ rule download:
             "--data-seed", config["data_seed"],
         ],
         tags=[],
+    threads: 1
     conda:
         "../envs/basis.yaml"
     script:

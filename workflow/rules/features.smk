@@ -19,6 +19,7 @@ rule siamese_features:
         tags=lambda wildcards: run_tags(wildcards, "siamese_features"),
     resources:
         gpu=1,
+    threads: HEAVY_THREADS
     conda:
         "../envs/basis.yaml"
     script:

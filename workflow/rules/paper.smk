@@ -18,6 +18,7 @@ rule table1:
     params:
         experiment=EXPERIMENTS["paper"],
         tags=lambda wildcards: run_tags(wildcards, "table1"),
+    threads: 1
     conda:
         "../envs/basis.yaml"
     script:
@@ -41,6 +42,7 @@ for figure, (drawing, folders) in STUDY_FIGURES.items():
         params:
             command=figure_rule_params(drawing, folders, figure),
             tags=run_tags({}, "figure", figure, STUDIES_CONFIG),
+        threads: 1
         conda:
             "../envs/basis.yaml"
         script:
@@ -68,6 +70,7 @@ rule knn_sensitivity:
     params:
         experiment=EXPERIMENTS["paper"],
         tags=lambda wildcards: run_tags(wildcards, "knn_sensitivity", "fig5", KNN),
+    threads: 1
     conda:
         "../envs/basis.yaml"
     script:
@@ -91,6 +94,7 @@ rule ablation_table:
     params:
         experiment=EXPERIMENTS["paper"],
         tags=lambda wildcards: run_tags(wildcards, "ablation_table", "ablation", ABLATION),
+    threads: 1
     conda:
         "../envs/basis.yaml"
     script:
@@ -115,6 +119,7 @@ rule comparison:
     params:
         experiment=EXPERIMENTS["paper"],
         tags=lambda wildcards: run_tags(wildcards, "comparison", "comparison", config),
+    threads: 1
     conda:
         "../envs/basis.yaml"
     script:

@@ -15,6 +15,7 @@ rule reference_embedding:
         tags=[],
     resources:
         gpu=1,
+    threads: HEAVY_THREADS
     conda:
         "../envs/basis.yaml"
     script:

@@ -15,6 +15,7 @@ rule knn_reference:
         tags=[],
     resources:
         gpu=1,
+    threads: HEAVY_THREADS
     conda:
         "../envs/basis.yaml"
     script:
@@ -41,6 +42,7 @@ rule knn_run:
         tags=lambda wildcards: run_tags(wildcards, "knn_run", f"k{wildcards.k}"),
     resources:
         gpu=1,
+    threads: RUN_THREADS
     conda:
         "../envs/basis.yaml"
     script:

@@ -14,6 +14,7 @@ rule toy_example:
         tags=lambda wildcards: run_tags(wildcards, "toy_example", f"toy-{wildcards.dataset}", STUDIES_CONFIG["toy"]),
     resources:
         gpu=1,
+    threads: RUN_THREADS
     conda:
         "../envs/basis.yaml"
     script:
@@ -30,6 +31,7 @@ rule illustration:
     params:
         command=study_command("illustration", "illustration"),
         tags=run_tags({}, "illustration", "illustration", STUDIES_CONFIG["illustration"]),
+    threads: RUN_THREADS
     conda:
         "../envs/basis.yaml"
     script:
@@ -46,6 +48,7 @@ rule anchor_consistency:
     params:
         command=study_command("consistency", "consistency"),
         tags=run_tags({}, "anchor_consistency", "consistency", STUDIES_CONFIG["consistency"]),
+    threads: RUN_THREADS
     conda:
         "../envs/basis.yaml"
     script:
@@ -66,6 +69,7 @@ rule bunny_diffusion_maps:
         tags=run_tags({}, "bunny_diffusion_maps", "bunny", STUDIES_CONFIG["bunny"]),
     resources:
         gpu=1,
+    threads: RUN_THREADS
     conda:
         "../envs/basis.yaml"
     script:
@@ -93,6 +97,7 @@ rule feature_change:
                                         STUDIES_CONFIG["feature_change"]),
     resources:
         gpu=1,
+    threads: RUN_THREADS
     conda:
         "../envs/basis.yaml"
     script:

@@ -5,6 +5,7 @@ rule tracking_setup:
         "results/logs/tracking_setup.log",
     params:
         experiments=list(EXPERIMENTS.values()),
+    threads: 1
     conda:
         "../envs/basis.yaml"
     script:

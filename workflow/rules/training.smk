@@ -18,6 +18,7 @@ rule train_and_evaluate:
         tags=lambda wildcards: run_tags(wildcards, "train_and_evaluate"),
     resources:
         gpu=1,
+    threads: RUN_THREADS
     conda:
         "../envs/basis.yaml"
     script:

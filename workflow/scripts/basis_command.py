@@ -5,7 +5,8 @@ import subprocess
 import sys
 
 smk = snakemake  # noqa: F821 (injected by Snakemake)
-command = [sys.executable, "-m", "basis", *map(str, smk.params.command), "--json"]
+# --threads: the cores Snakemake gave this job, which every thread pool of the job honours.
+command = [sys.executable, "-m", "basis", *map(str, smk.params.command), "--threads", str(smk.threads), "--json"]
 for tag in smk.params.tags:
     command += ["--tag", tag]
 with open(smk.log[0], "w") as log:

@@ -1,0 +1,61 @@
+"""Every job uses only the threads it was given (``--threads``, Snakemake's ``threads:``)."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from basis import BASiS
+from basis.bench import clustered_data
+from basis.threads import limit_threads
+
+
+def _python(code: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_limit_threads_caps_every_pool_including_libraries_loaded_later():
+    report = _python(
+        "import json; from basis.threads import limit_threads, thread_report\n"
+        "limit_threads(1)\n"
+        "import sklearn.cluster, scipy.linalg  # OpenMP and BLAS loaded after the call\n"
+        "sklearn.cluster.KMeans(2, n_init=1).fit([[0.0], [1.0], [2.0]])\n"
+        "print(json.dumps(thread_report()))"
+    )
+    assert report["torch"] == 1
+    assert set(report) >= {"torch", "blas", "openmp"}
+    assert all(n == 1 for n in report.values()), report
+
+
+def test_the_cli_honours_threads():
+    out = subprocess.run(
+        [sys.executable, "-m", "basis", "bench", "step", "--m", "128", "--k", "10", "--k-eig", "3", "--threads", "1",
+         "--device", "cpu", "--json"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    assert all(n == 1 for n in json.loads(out)["threads"].values())
+
+
+def test_threads_must_be_positive():
+    with pytest.raises(ValueError, match="threads must be a positive integer, got 0"):
+        limit_threads(0)
+
+
+def test_a_one_thread_budget_runs_the_pipeline_in_turn_with_the_same_numbers():
+    X, y = clustered_data(2000, 16, 4)
+    previous = torch.get_num_threads()
+    runs = []
+    try:
+        for threads in (1, 2):  # one thread: batches prepared in turn; two: by the worker thread
+            torch.set_num_threads(threads)
+            model = BASiS(4, graph={"n_neighbors": 15}, batch_size=150, n_iter=15, anchors_per_class=10,
+                          device="cpu", seed=0).fit(X, y)
+            assert torch.get_num_threads() == threads  # the budget is restored after fit
+            runs.append((model.loss_curve_, model.transform(X[:50])))
+    finally:
+        torch.set_num_threads(previous)
+    assert runs[0][0] == runs[1][0]
+    np.testing.assert_array_equal(runs[0][1], runs[1][1])
