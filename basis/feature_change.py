@@ -69,8 +69,8 @@ class FeatureChangeTrainer:
         local scale of the 7th neighbour, L_N without the trivial vector, lr 1e-4).
     feature_lr, pairs_per_step, margin :
         The Siamese side (contrastive loss, Adam).
-    ransac_iter, ransac_sample_size, ransac_tolerance :
-        RANSAC of both the batch alignment and T_G.
+    ransac_iter, ransac_sample_size, ransac_tolerance, ransac_tolerance_mode :
+        RANSAC of both the batch alignment and T_G (as in :class:`~basis.methods.BASiS`).
     use_global_transform : bool
         False replaces the base embedding without T_G (an ablation).
     eval_every, eval_size :
@@ -84,7 +84,8 @@ class FeatureChangeTrainer:
         self, n_components: int = 9, *, out_dim: int = 16, n_iter: int = 1500, spectral_every: int = 10,
         batch_size: int = 512, anchors_per_class: int = 25, graph: dict | None = None, operator: str = "normalized",
         drop_trivial: bool = True, spectral_lr: float = 1e-4, feature_lr: float = 1e-3, pairs_per_step: int = 256,
-        margin: float = 1.0, ransac_iter: int = 100, ransac_sample_size: int = 20, ransac_tolerance: float = 0.1,
+        margin: float = 1.0, ransac_iter: int = 100, ransac_sample_size: int = 20, ransac_tolerance: float = 0.25,
+        ransac_tolerance_mode: str = "relative",
         use_global_transform: bool = True, eval_every: int = 50, eval_size: int = 2000,
         snapshot_at: tuple[int, ...] = (10, 100, 500, 1500), seed: int = 0, device: str = "auto",
         callback: Callable[[int, dict[str, float]], None] | None = None,
@@ -99,7 +100,8 @@ class FeatureChangeTrainer:
             n_components, graph=graph or {"n_neighbors": 50, "scale": "local", "scale_neighbor": 7},
             operator=operator, drop_trivial=drop_trivial, batch_size=batch_size, n_iter=n_iter // spectral_every,
             lr=spectral_lr, anchors="stratified", anchors_per_class=anchors_per_class, ransac_iter=ransac_iter,
-            ransac_sample_size=ransac_sample_size, ransac_tolerance=ransac_tolerance, device=device, seed=seed,
+            ransac_sample_size=ransac_sample_size, ransac_tolerance=ransac_tolerance,
+            ransac_tolerance_mode=ransac_tolerance_mode, device=device, seed=seed,
         )
         self.n_iter, self.spectral_every = n_iter, spectral_every
         self.use_global_transform = use_global_transform
@@ -151,6 +153,7 @@ class FeatureChangeTrainer:
             fit = global_transform(
                 previous[:n_anchors], updated[:n_anchors], n_iter=spectral.ransac_iter,
                 sample_size=spectral.ransac_sample_size, tolerance=spectral.ransac_tolerance,
+                tolerance_mode=spectral.ransac_tolerance_mode,
                 generator=spectral.ransac_generator_,
             )
             current = apply_affine(fit.transform, updated)

@@ -22,7 +22,7 @@ import scipy.linalg
 import torch
 from threadpoolctl import threadpool_limits
 
-from basis.alignment import apply_affine, ransac_affine, align_affine
+from basis.alignment import TOLERANCE_MODES, align_affine, apply_affine, ransac_affine
 from basis.graph import GraphConfig, dense_affinity, sparse_affinity
 from basis.models import HIDDEN_WIDTHS, SpectralMLP
 from basis.spectral import OPERATORS, connected_components, laplacian, normalized_laplacian, spectral_embedding
@@ -383,8 +383,16 @@ class BASiS(SpectralEstimator):
         Fixed anchor nodes (e.g. the toy examples' hand-placed ones); overrides the draw.
     alignment : {"ransac", "lstsq", "none"}
         How each batch is aligned to the reference; ``none`` and ``lstsq`` are ablations.
-    ransac_iter, ransac_sample_size, ransac_tolerance :
-        RANSAC settings (authors: 100, 20, 0.1; three moons: 5 and 0.01).
+    anchor_outliers : float
+        Fraction of the anchor slots of every batch after the reference batch that hold a
+        random node of another class (any other node without labels) instead of the
+        anchor: gross outliers in the anchor correspondence, for the alignment ablation.
+        0 (default) in every real use.
+    ransac_iter, ransac_sample_size, ransac_tolerance, ransac_tolerance_mode :
+        RANSAC settings. The tolerance is relative to the reference anchors' RMS row norm
+        by default (0.25; see :func:`basis.alignment.inlier_threshold`); the authors used an
+        absolute one (``ransac_tolerance=0.1, ransac_tolerance_mode="absolute"``; three
+        moons: 5 anchors per sample and 0.01).
     """
 
     MAX_REDRAWS = 20
@@ -398,9 +406,11 @@ class BASiS(SpectralEstimator):
         n_anchors: int = 250,
         anchor_indices: list[int] | None = None,
         alignment: str = "ransac",
+        anchor_outliers: float = 0.0,
         ransac_iter: int = 100,
         ransac_sample_size: int = 20,
-        ransac_tolerance: float = 0.1,
+        ransac_tolerance: float = 0.25,
+        ransac_tolerance_mode: str = "relative",
         **common: Any,
     ):
         super().__init__(n_components, **common)
@@ -409,9 +419,11 @@ class BASiS(SpectralEstimator):
         self.n_anchors = n_anchors
         self.anchor_indices = None if anchor_indices is None else [int(i) for i in anchor_indices]
         self.alignment = alignment
+        self.anchor_outliers = anchor_outliers
         self.ransac_iter = ransac_iter
         self.ransac_sample_size = ransac_sample_size
         self.ransac_tolerance = ransac_tolerance
+        self.ransac_tolerance_mode = ransac_tolerance_mode
 
     def _validate(self, n_samples: int) -> None:
         super()._validate(n_samples)
@@ -419,6 +431,10 @@ class BASiS(SpectralEstimator):
             raise ValueError(f"anchors must be 'stratified' or 'random', got {self.anchors!r}")
         if self.alignment not in ("ransac", "lstsq", "none"):
             raise ValueError(f"alignment must be one of ['ransac', 'lstsq', 'none'], got {self.alignment!r}")
+        if not 0.0 <= self.anchor_outliers < 1.0:
+            raise ValueError(f"anchor_outliers must be in [0, 1), got {self.anchor_outliers!r}")
+        if self.ransac_tolerance_mode not in TOLERANCE_MODES:
+            raise ValueError(f"ransac_tolerance_mode must be one of {list(TOLERANCE_MODES)}, got {self.ransac_tolerance_mode!r}")
 
     def _choose_anchors(self, n: int, y: np.ndarray | None) -> torch.Tensor:
         if self.anchor_indices is not None:
@@ -453,6 +469,7 @@ class BASiS(SpectralEstimator):
         if n_anchors >= self.batch_size:
             raise ValueError(f"{n_anchors} anchors leave no room in a batch of {self.batch_size}")
         self.anchor_indices_ = anchors
+        self.labels_ = None if y is None else torch.as_tensor(np.unique(y, return_inverse=True)[1])
         self.ransac_generator_ = torch.Generator().manual_seed(self.seed + 1)
         self.n_fallbacks_ = self.n_redrawn_batches_ = 0
         self.reference_indices_, _, self.reference_embedding_ = self._draw_embedded_batch(
@@ -471,21 +488,40 @@ class BASiS(SpectralEstimator):
         else:
             result = ransac_affine(
                 source, target, n_iter=self.ransac_iter, sample_size=self.ransac_sample_size,
-                tolerance=self.ransac_tolerance, generator=self.ransac_generator_,
+                tolerance=self.ransac_tolerance, tolerance_mode=self.ransac_tolerance_mode,
+                generator=self.ransac_generator_,
             )
             self.n_fallbacks_ += int(result.fallback)
         return apply_affine(result.transform, phi_batch), {"inlier_fraction": float(result.inliers.float().mean())}
 
+    def _corrupt_anchor_slots(self, batch: torch.Tensor, n: int) -> torch.Tensor:
+        """``batch`` with ``anchor_outliers`` of its anchor slots holding a random node of
+        another class, outside the batch (see the class parameters)."""
+        n_anchors = len(self.anchor_indices_)
+        slots = torch.randperm(n_anchors, generator=self.generator_)[: round(self.anchor_outliers * n_anchors)]
+        batch = batch.clone()
+        for slot in slots.tolist():
+            allowed = torch.ones(n, dtype=torch.bool)
+            allowed[batch] = False
+            if self.labels_ is not None:
+                allowed &= self.labels_ != self.labels_[batch[slot]]
+            pool = allowed.nonzero().squeeze(1)
+            batch[slot] = pool[torch.randint(len(pool), (1,), generator=self.generator_)]
+        return batch
+
     def _draw_embedded_batch(
-        self, n: int, features_of: Callable[[torch.Tensor], torch.Tensor], timer: StepTimer
+        self, n: int, features_of: Callable[[torch.Tensor], torch.Tensor], timer: StepTimer, corrupt: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Anchors + m - l random nodes of [0, n): their indices, features (from
-        ``features_of(indices)``) and embedding. A batch whose graph splits into more
-        components than eigenvectors has no defined embedding; it is redrawn (counted in
+        ``features_of(indices)``) and embedding; with ``corrupt``, some anchor slots hold
+        outliers (``anchor_outliers``). A batch whose graph splits into more components than
+        eigenvectors has no defined embedding; it is redrawn (counted in
         ``n_redrawn_batches_``), up to ``MAX_REDRAWS`` times."""
         anchors = self.anchor_indices_
         for _ in range(self.MAX_REDRAWS):
             batch = torch.cat([anchors, self._sample(n, self.batch_size - len(anchors), exclude=anchors)])
+            if corrupt and self.anchor_outliers > 0:
+                batch = self._corrupt_anchor_slots(batch, n)
             X_batch = features_of(batch)
             phi = self._embed_batch(X_batch, timer)
             if phi is not None:
@@ -505,7 +541,7 @@ class BASiS(SpectralEstimator):
     ) -> tuple[torch.Tensor, torch.Tensor, dict]:
         """A drawn batch (see :meth:`_draw_embedded_batch`): its features and its embedding
         aligned to the reference, with the alignment's info."""
-        _, X_batch, phi = self._draw_embedded_batch(n, features_of, timer)
+        _, X_batch, phi = self._draw_embedded_batch(n, features_of, timer, corrupt=True)
         with timer("alignment"):
             phi, info = self.align(phi)
         return X_batch, phi, info
@@ -689,6 +725,12 @@ class SpecNet2(SpectralEstimator):
     training, ``specnet2_ev_mat_calc`` (Y^T W Y) O = (Y^T D Y) O Lambda is solved on
     ``postprocess_set`` (call :meth:`postprocess` with the set; the paper used the
     whole test set) and U = Y O is the embedding. ``drop_trivial`` deflates W.
+
+    ``operator`` only says what the output is compared with: the pencil's eigenvectors
+    are the random walk's, D^-1/2 U for the eigenvectors U of L_N, so ``"normalized"``
+    (Table 1) leaves a d_G floor (see :func:`basis.metrics.own_basis_grassmann_distance`)
+    and ``"unnormalized"`` is refused. ``gradient`` defaults to ``"local"`` (the batch's
+    own graph, cost independent of n; the BASiS paper does not say which SpecNet2 used).
     """
 
     def __init__(self, n_components: int = 10, *, gradient: str = "local", **common: Any):
@@ -699,6 +741,11 @@ class SpecNet2(SpectralEstimator):
         super()._validate(n_samples)
         if self.gradient not in ("local", "neighbor"):
             raise ValueError(f"gradient must be 'local' or 'neighbor', got {self.gradient!r}")
+        if self.operator == "unnormalized":
+            raise ValueError(
+                "SpecNet2 learns the pencil (W, D), i.e. the random walk's eigenvectors D^-1/2 U of L_N; it has no"
+                " form for L = D - W: use operator 'normalized' (scored against L_N, as in the paper) or 'diffusion'"
+            )
 
     def _prepare(self, X: torch.Tensor, y: np.ndarray | None) -> None:
         if self.gradient == "neighbor":

@@ -6,9 +6,15 @@ import math
 import numpy as np
 import pandas as pd
 
+#: Table 1's measures by the paper's equations (the probe: ours, trained to convergence).
 MEASURES = ("d_G", "d_perp", "nmi", "acc", "accuracy")
+#: For each measure, the variant that produced the paper's Table 1 numbers: the authors'
+#: code (column-normalised d_G, unsquared d_perp, arithmetic-mean NMI, their linear probe).
+PAPER_VARIANT = {"d_G": "d_G_code", "d_perp": "d_perp_code", "nmi": "nmi_code", "acc": "acc", "accuracy": "accuracy_authors"}
+#: Every column summarised over seeds; SpecNet2's own-basis d_G is NaN for the other methods.
+ALL_MEASURES = (*MEASURES, *(v for v in PAPER_VARIANT.values() if v not in MEASURES), "d_G_own_basis")
 #: True where lower is better.
-LOWER_IS_BETTER = {"d_G": True, "d_perp": True, "nmi": False, "acc": False, "accuracy": False}
+LOWER_IS_BETTER = {m: m.startswith(("d_G", "d_perp")) for m in ALL_MEASURES}
 METHOD_LABELS = {"diffusion_net": "Diffusion-Net", "specnet1": "SpecNet1", "specnet2": "SpecNet2", "basis": "BASiS (Ours)"}
 DATASET_LABELS = {"mnist": "MNIST", "fashion_mnist": "Fashion-MNIST", "svhn": "SVHN", "cifar10": "CIFAR-10"}
 
@@ -54,14 +60,15 @@ PAPER_TABLE1: dict[tuple[str, str, str], tuple[float, float]] = {
 
 def summarize(runs: pd.DataFrame) -> pd.DataFrame:
     """Mean and sample std over seeds for every (dataset, method) and measure."""
-    return runs.groupby(["dataset", "method"])[list(MEASURES)].agg(["mean", "std"])
+    runs = runs.reindex(columns=[*runs.columns, *(m for m in ALL_MEASURES if m not in runs.columns)])
+    return runs.groupby(["dataset", "method"])[list(ALL_MEASURES)].agg(["mean", "std"])
 
 
-def _best_methods(summary: pd.DataFrame) -> set[tuple[str, str, str]]:
+def _best_methods(summary: pd.DataFrame, measures: tuple[str, ...] = MEASURES) -> set[tuple[str, str, str]]:
     best = set()
     for dataset in summary.index.get_level_values(0).unique():
         block = summary.loc[dataset]
-        for measure in MEASURES:
+        for measure in measures:
             means = block[(measure, "mean")]
             if means.notna().any():
                 best.add((dataset, means.idxmin() if LOWER_IS_BETTER[measure] else means.idxmax(), measure))
@@ -69,15 +76,24 @@ def _best_methods(summary: pd.DataFrame) -> set[tuple[str, str, str]]:
 
 
 def table_markdown(summary: pd.DataFrame) -> str:
-    best = _best_methods(summary)
-    lines = ["| data set | method | " + " | ".join(MEASURES) + " |", "|---|---|" + "---|" * len(MEASURES)]
-    for (dataset, method), row in summary.iterrows():
-        cells = []
-        for m in MEASURES:
-            text = f"{row[(m, 'mean')]:.3f} ± {row[(m, 'std')]:.3f}"
-            cells.append(f"**{text}**" if (dataset, method, m) in best else text)
-        lines.append(f"| {dataset} | {method} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+    """Table 1 twice: by the paper's equations, then in the variants of the authors' code
+    that produced the paper's numbers (see :data:`PAPER_VARIANT`)."""
+    sections = [("By the paper's equations (probe: converged logistic regression)", MEASURES),
+                ("As the authors' code computed them (the variants behind the paper's numbers)",
+                 tuple(PAPER_VARIANT.values()))]
+    lines = []
+    for title, measures in sections:
+        best = _best_methods(summary, measures)
+        lines += [f"### {title}", "", "| data set | method | " + " | ".join(measures) + " |",
+                  "|---|---|" + "---|" * len(measures)]
+        for (dataset, method), row in summary.iterrows():
+            cells = []
+            for m in measures:
+                text = f"{row[(m, 'mean')]:.3f} ± {row[(m, 'std')]:.3f}"
+                cells.append(f"**{text}**" if (dataset, method, m) in best else text)
+            lines.append(f"| {dataset} | {method} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
 
 
 def table_latex(summary: pd.DataFrame) -> str:
@@ -103,27 +119,50 @@ def table_latex(summary: pd.DataFrame) -> str:
 
 
 def comparison_markdown(summary: pd.DataFrame) -> str:
-    """Each reproduced number beside the paper's, the difference, and whether it lies
-    within the paper's mean +/- 2 std. Cells the paper does not report say so."""
+    """Each paper number beside ours in the variant that produced it (the authors' code)
+    and ours by the paper's equation; the difference and whether ours lies within the
+    paper's mean +/- 2 std are for the same variant. Cells the paper does not report say so."""
     lines = [
         "# Reproduced vs. paper (Table 1)", "",
-        "`within 2σ`: the reproduced mean lies in the paper's mean ± 2 std. Data sets the paper does not report"
-        " (digits, toy sets) have no paper number.", "",
-        "| data set | method | measure | reproduced | paper | difference | within 2σ |", "|---|---|---|---|---|---|---|",
+        "The paper's numbers come from the authors' code, whose measures differ from the paper's equations:"
+        " d_G on column-normalised (not orthonormalised) bases, d_perp not squared, NMI with the arithmetic-mean"
+        " normaliser, and a linear probe (Adam, lr 1e-4, 100 epochs) that barely trains. `ours, same variant`"
+        " is computed that way and is what `difference` and `within 2σ` compare; `ours, paper's equation`"
+        " follows the equations (and a converged probe). Data sets the paper does not report (digits, toy sets)"
+        " have no paper number.", "",
+        "| data set | method | measure | paper | ours, same variant | difference | within 2σ | ours, paper's equation |",
+        "|---|---|---|---|---|---|---|---|",
     ]
+
+    def cell(row: pd.Series, measure: str) -> str:
+        return f"{row[(measure, 'mean')]:.3f} ± {row[(measure, 'std')]:.3f}"
+
     for (dataset, method), row in summary.iterrows():
         for measure in MEASURES:
-            mean, std = row[(measure, "mean")], row[(measure, "std")]
-            reproduced = f"{mean:.3f} ± {std:.3f}"
+            variant = PAPER_VARIANT[measure]
+            same, equation = f"{cell(row, variant)} ({variant})", f"{cell(row, measure)} ({measure})"
             paper = PAPER_TABLE1.get((dataset, method, measure))
             if paper is None:
-                lines.append(f"| {dataset} | {method} | {measure} | {reproduced} | — | — | no paper number |")
+                lines.append(f"| {dataset} | {method} | {measure} | — | {same} | — | no paper number | {equation} |")
                 continue
+            mean = row[(variant, "mean")]
             within = abs(mean - paper[0]) <= 2 * paper[1] if not math.isnan(mean) else False
             lines.append(
-                f"| {dataset} | {method} | {measure} | {reproduced} | {paper[0]:.3f} ± {paper[1]:.3f} |"
-                f" {mean - paper[0]:+.3f} | {'yes' if within else '**no**'} |"
+                f"| {dataset} | {method} | {measure} | {paper[0]:.3f} ± {paper[1]:.3f} | {same} |"
+                f" {mean - paper[0]:+.3f} | {'yes' if within else '**no**'} | {equation} |"
             )
+    own = [(dataset, row) for (dataset, method), row in summary.iterrows()
+           if method == "specnet2" and not math.isnan(row[("d_G_own_basis", "mean")])]
+    if own:
+        lines += [
+            "", "## SpecNet2 scored in its own basis", "",
+            "SpecNet2 learns the generalised eigenvectors of (W, D), which are D^-1/2 U for the eigenvectors U of"
+            " L_N that every method is scored against (the paper's claim that they share eigenvectors holds for the"
+            " random walk, not for L_N). So the paper-faithful d_G keeps a floor even for an exact network. The"
+            " corrected score maps SpecNet2's output by D^1/2 of the test graph and re-orthonormalises it.", "",
+            "| data set | d_G, paper-faithful | d_G, own basis (corrected) |", "|---|---|---|",
+        ]
+        lines += [f"| {dataset} | {cell(row, 'd_G')} | {cell(row, 'd_G_own_basis')} |" for dataset, row in own]
     return "\n".join(lines) + "\n"
 
 
@@ -183,13 +222,17 @@ def paper_claims(
                                     if "batch_analytic_nmi" in result else ""),
                      "reproduced": min(result["nmi"], result["acc"]) >= 0.995})
     rows.append({"claim": "Fig. 2: aligning through the anchors makes the two subset embeddings agree",
-                 "criterion": "anchor error after alignment < 1e-6",
-                 "measured": f"{illustration['anchor_error_before']:.3g} before, {illustration['anchor_error_after']:.2g} after",
-                 "reproduced": illustration["anchor_error_after"] < 1e-6})
+                 "criterion": "error at shared points outside the fit (held out) cut ≥ 10x by the alignment"
+                              " (the 3 anchors fit an affine map in K = 2 exactly, so their own error is 0 by construction)",
+                 "measured": f"held out {illustration['held_out_error_before']:.3g} before,"
+                             f" {illustration['held_out_error_after']:.2g} after;"
+                             f" anchors {illustration['anchor_error_after']:.2g} after",
+                 "reproduced": illustration["held_out_error_after"] <= 0.1 * illustration["held_out_error_before"]})
     rows.append({"claim": "Fig. 3: after alignment the anchors' eigenvector values are consistent across batches",
-                 "criterion": "spread across batches reduced ≥ 10x",
-                 "measured": f"{consistency['reduction']:.0f}x ({consistency['spread_before']:.3g} → {consistency['spread_after']:.3g})",
-                 "reproduced": consistency["reduction"] >= 10})
+                 "criterion": "spread across batches of nodes in every batch but outside the fit (held out) reduced ≥ 10x",
+                 "measured": f"held out {consistency['held_out_reduction']:.0f}x ({consistency['held_out_spread_before']:.3g}"
+                             f" → {consistency['held_out_spread_after']:.3g}); anchors {consistency['reduction']:.0f}x",
+                 "reproduced": consistency["held_out_reduction"] >= 10})
     robustness = knn_robustness(knn)
     for measure in ("nmi", "acc", "d_G"):
         column = robustness[f"{measure}_std_across_k"]
@@ -217,4 +260,10 @@ def paper_claims(
                          "criterion": "d_G with RANSAC alignment below d_G without alignment",
                          "measured": ", ".join(f"{a} {v:.3f}" for a, v in d_G.items()),
                          "reproduced": d_G["ransac"] < d_G["none"]})
+        if {"ransac-outliers", "lstsq-outliers"} <= set(d_G.index):
+            rows.append({"claim": f"Sec. 4.1 (ablation, {dataset}): RANSAC makes the alignment robust to anchor outliers",
+                         "criterion": "with gross anchor outliers, d_G with RANSAC below d_G with plain least squares"
+                                      " (beyond the paper: its runs had none)",
+                         "measured": ", ".join(f"{a} {v:.3f}" for a, v in d_G.items() if a.endswith("-outliers")),
+                         "reproduced": d_G["ransac-outliers"] < d_G["lstsq-outliers"]})
     return rows

@@ -122,3 +122,20 @@ def test_an_ill_conditioned_minimal_refit_does_not_blow_up(rng):
     exact = torch.linalg.solve(torch.cat([source, torch.ones(dim + 1, 1, dtype=source.dtype)], 1), target).T
     assert exact.abs().max() > 1e3
     assert affine_least_squares(source, target).abs().max() < 10
+
+
+def test_relative_tolerance_does_not_depend_on_the_embedding_scale(rng):
+    dim, n = 4, 60
+    T = _random_affine(rng, dim)
+    source = torch.as_tensor(rng.normal(size=(n, dim)))
+    target = apply_affine(T, source)
+    target[:12] += torch.as_tensor(rng.normal(scale=3.0, size=(12, dim)))  # gross outliers
+    target += torch.as_tensor(rng.normal(scale=0.01, size=target.shape))  # small noise on every anchor
+    options = dict(n_iter=300, sample_size=dim + 1, generator=None)
+    inliers = [ransac_affine(scale * source, scale * target, tolerance=0.1, **options).inliers for scale in (1.0, 1e-3)]
+    assert torch.equal(inliers[0], inliers[1])
+    assert not inliers[0][:12].any() and inliers[0][12:].all()
+    # the same absolute tolerance means something else at another scale: at 1e-3 every anchor passes
+    assert ransac_affine(1e-3 * source, 1e-3 * target, tolerance=0.1, tolerance_mode="absolute", **options).inliers.all()
+    with pytest.raises(ValueError, match="tolerance_mode must be one of"):
+        ransac_affine(source, target, tolerance_mode="percent")

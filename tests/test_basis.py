@@ -9,7 +9,7 @@ from sklearn.model_selection import train_test_split
 from basis import metrics
 from basis.experiment import analytic_embedding, anchor_spread
 from basis.graph import GraphConfig
-from basis.methods import BASiS, SpectralEstimator
+from basis.methods import BASiS, SpectralEstimator, StepTimer
 from basis.toy import three_moons, three_moons_anchors
 
 # The authors' toy set-up: L = D - W, K = 2 without the trivial vector, 9 anchors,
@@ -32,7 +32,8 @@ def fitted(moons):
     model = BASiS(
         2, graph=MOONS_GRAPH, operator="unnormalized", drop_trivial=True, batch_size=265, n_iter=1000,
         anchor_indices=three_moons_anchors(X_train, y_train).tolist(), ransac_sample_size=5,
-        ransac_tolerance=0.01, device="cpu", seed=0, callback=lambda step, info: steps.append(info),
+        ransac_tolerance=0.01, ransac_tolerance_mode="absolute", device="cpu", seed=0,
+        callback=lambda step, info: steps.append(info),
     )
     return model.fit(X_train, y_train), steps
 
@@ -124,3 +125,20 @@ def test_ablation_without_alignment_runs():
     model = BASiS(2, graph={"n_neighbors": 10, "scale_neighbor": 5}, operator="unnormalized", drop_trivial=True,
                   batch_size=100, n_iter=5, anchors="random", n_anchors=9, alignment="none", device="cpu")
     assert model.fit(X).transform(X).shape == (900, 2)
+
+
+def test_anchor_outliers_put_another_class_in_the_chosen_anchor_slots(moons):
+    X_train, y_train, _, _ = moons
+    model = BASiS(2, graph=MOONS_GRAPH, operator="unnormalized", drop_trivial=True, batch_size=200, n_iter=1,
+                  anchors_per_class=10, anchor_outliers=0.2, device="cpu", seed=0).fit(X_train, y_train)
+    X_t = torch.as_tensor(X_train)
+    batch, _, _ = model._draw_embedded_batch(len(X_t), lambda b: X_t[b], StepTimer(torch.device("cpu")), corrupt=True)
+    anchors = model.anchor_indices_
+    replaced = batch[: len(anchors)] != anchors
+    assert int(replaced.sum()) == 6  # 20 % of 30 anchor slots
+    assert (y_train[batch[: len(anchors)][replaced]] != y_train[anchors[replaced]]).all()
+    assert len(set(batch.tolist())) == len(batch)  # no node twice in a batch
+    # the reference batch is clean: the alignment's target stays the true anchors
+    assert torch.equal(model.reference_indices_[: len(anchors)], anchors)
+    with pytest.raises(ValueError, match="anchor_outliers must be in"):
+        BASiS(2, anchor_outliers=1.0, batch_size=200, device="cpu").fit(X_train, y_train)

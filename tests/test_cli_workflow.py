@@ -17,7 +17,7 @@ def _basis(*args, timeout=300):
 def test_run_prints_the_documented_json(tmp_path):
     done = _basis("run", "--method", "basis", "--dataset", "blobs", "--json", "--device", "cpu", "--out", str(tmp_path),
                   "--set", "n_iter=30", "--set", "batch_size=128", "--set", "graph.n_neighbors=10",
-                  "--set", "eval.probe_epochs=2", "--set", "anchors_per_class=5")
+                  "--set", "eval.authors_probe_epochs=2", "--set", "anchors_per_class=5")
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert set(result) == {"d_G", "d_perp", "nmi", "acc", "accuracy", "train_seconds", "device"}
@@ -46,7 +46,7 @@ def test_stored_reference_is_reused_and_checked(tmp_path):
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["n_components"] == 4
     common = ["run", "--method", "basis", "--dataset", "blobs", "--json", "--device", "cpu", "--reference", str(ref),
-              "--set", "n_iter=20", "--set", "batch_size=128", "--set", "eval.probe_epochs=1", "--set", "anchors_per_class=5"]
+              "--set", "n_iter=20", "--set", "batch_size=128", "--set", "eval.authors_probe_epochs=1", "--set", "anchors_per_class=5"]
     done = _basis(*common)
     assert done.returncode == 0, done.stderr
     assert 0 <= json.loads(done.stdout)["d_G"] <= 4

@@ -37,7 +37,7 @@ def test_specnet2_clusters_two_moons_with_deflation_and_a_longer_budget():
 
 
 def _run(method, *settings):
-    sets = [item for setting in ("eval.probe_epochs=1", *settings) for item in ("--set", setting)]
+    sets = [item for setting in ("eval.authors_probe_epochs=1", *settings) for item in ("--set", setting)]
     done = subprocess.run(
         [sys.executable, "-m", "basis", "run", "--method", method, "--dataset", "two_moons", "--json", "--device", "cpu",
          *sets],

@@ -1,7 +1,7 @@
 import numpy as np
 import pandas as pd
 
-from basis.paper import PAPER_TABLE1, comparison_markdown, summarize, table_latex, table_markdown
+from basis.paper import PAPER_TABLE1, PAPER_VARIANT, comparison_markdown, summarize, table_latex, table_markdown
 
 
 def _runs(values):
@@ -19,22 +19,50 @@ def test_paper_table_is_complete():
     assert PAPER_TABLE1[("cifar10", "specnet2", "d_perp")] == (4.922, 0.102)
 
 
+def _both_variants(values, equation_offset=0.0):
+    """The same numbers under the code variants' keys and, shifted, under the equations'."""
+    return {**{PAPER_VARIANT[m]: v for m, v in values.items()}, **{m: v + equation_offset for m, v in values.items()}}
+
+
+def _row(text, dataset, method, measure):
+    return next(line for line in text.splitlines() if f"| {dataset} | {method} | {measure} |" in line)
+
+
 def test_comparison_marks_what_falls_outside_two_std():
     at_paper = {m: PAPER_TABLE1[("mnist", "basis", m)][0] for m in ("d_G", "d_perp", "nmi", "acc", "accuracy")}
     far = dict(at_paper, nmi=0.5)
-    summary = summarize(_runs({("mnist", "basis"): at_paper, ("mnist", "specnet1"): far}))
+    summary = summarize(_runs({("mnist", "basis"): _both_variants(at_paper), ("mnist", "specnet1"): _both_variants(far)}))
     text = comparison_markdown(summary)
-    basis_nmi = next(line for line in text.splitlines() if "| mnist | basis | nmi |" in line)
-    specnet1_nmi = next(line for line in text.splitlines() if "| mnist | specnet1 | nmi |" in line)
-    assert basis_nmi.endswith("| yes |")
-    assert specnet1_nmi.endswith("| **no** |") and "-0.411" in specnet1_nmi
+    assert "| yes |" in _row(text, "mnist", "basis", "nmi")
+    specnet1_nmi = _row(text, "mnist", "specnet1", "nmi")
+    assert "| **no** |" in specnet1_nmi and "-0.411" in specnet1_nmi
+
+
+def test_comparison_compares_each_paper_cell_with_the_variant_that_produced_it():
+    """SpecNet2's MNIST d_perp of 9.486 is the unsquared norm (sqrt 90) of ten identical unit
+    columns, whose squared norm, the paper's equation, is 90: the code variant matches the
+    paper, the equation variant is shown beside it and does not decide the verdict."""
+    paper = {m: PAPER_TABLE1[("mnist", "specnet2", m)][0] for m in ("d_G", "d_perp", "nmi", "acc", "accuracy")}
+    runs = _runs({("mnist", "specnet2"): {**_both_variants(paper), "d_perp": 90.0, "d_G_own_basis": 0.05}})
+    text = comparison_markdown(summarize(runs))
+    row = _row(text, "mnist", "specnet2", "d_perp")
+    assert "| yes |" in row and "(d_perp_code)" in row and "90.000" in row
+    assert "SpecNet2 scored in its own basis" in text and "0.050" in text
+    # the other way round: the equation variant at the paper's value does not pass a far code variant
+    runs = _runs({("mnist", "specnet2"): {**_both_variants(paper, equation_offset=0.0), "d_perp_code": 1.0}})
+    assert "| **no** |" in _row(comparison_markdown(summarize(runs)), "mnist", "specnet2", "d_perp")
 
 
 def test_best_per_column_is_bold_in_both_tables():
-    summary = summarize(_runs({("digits", "basis"): {"d_G": 0.1, "d_perp": 0.2, "nmi": 0.9, "acc": 0.9, "accuracy": 90.0},
-                               ("digits", "specnet2"): {"d_G": 0.5, "d_perp": 0.1, "nmi": 0.8, "acc": 0.95, "accuracy": 80.0}}))
+    summary = summarize(_runs({
+        ("digits", "basis"): _both_variants({"d_G": 0.1, "d_perp": 0.2, "nmi": 0.9, "acc": 0.9, "accuracy": 90.0}),
+        ("digits", "specnet2"): _both_variants({"d_G": 0.5, "d_perp": 0.1, "nmi": 0.8, "acc": 0.95, "accuracy": 80.0}),
+    }))
     md = table_markdown(summary)
-    basis_row = next(l for l in md.splitlines() if "| basis |" in l)
-    assert basis_row.count("**") == 2 * 3  # d_G, nmi, accuracy
+    equation_table, code_table = md.split("### ")[1:]
+    for table in (equation_table, code_table):
+        basis_row = next(line for line in table.splitlines() if "| basis |" in line)
+        assert basis_row.count("**") == 2 * 3  # d_G, nmi, accuracy
+    assert "d_G_code" in code_table.splitlines()[2]
     assert "\\mathbf{0.100" in table_latex(summary)
-    assert np.isfinite(summary.to_numpy()).all()
+    assert np.isfinite(summary.drop(columns="d_G_own_basis").to_numpy()).all()

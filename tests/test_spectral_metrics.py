@@ -92,12 +92,59 @@ def test_nmi_matches_hand_computed_case():
     assert metrics.nmi(truth, predicted, variant="code") == pytest.approx(arithmetic)
 
 
-def test_linear_probe_separates_separable_classes(rng):
+def test_authors_linear_probe_separates_separable_classes(rng):
     X = np.concatenate([rng.normal(-2, 0.3, size=(100, 2)), rng.normal(2, 0.3, size=(100, 2))])
     y = np.repeat([0, 1], 100)
     # one batch per epoch here, so the probe needs more epochs than on MNIST (229 steps each)
-    assert metrics.linear_probe_accuracy(X, y, X, y, epochs=300, lr=5e-2) == 100.0
-    assert metrics.linear_probe_accuracy(X, y, X, y, epochs=300, lr=5e-2, seed=1) == 100.0
+    assert metrics.authors_linear_probe_accuracy(X, y, X, y, epochs=300, lr=5e-2) == 100.0
+    assert metrics.authors_linear_probe_accuracy(X, y, X, y, epochs=300, lr=5e-2, seed=1) == 100.0
+
+
+def _blobs_analytic_embedding(rng, n_per_blob=150):
+    """The analytic L_N embedding of four well-separated blobs (entries of size 1/sqrt(n))."""
+    centres = np.array([[0, 0], [8, 0], [0, 8], [8, 8]], dtype=float)
+    X = np.concatenate([c + rng.normal(size=(n_per_blob, 2)) for c in centres])
+    y = np.repeat(np.arange(4), n_per_blob)
+    W = sparse_affinity(X.astype(np.float32), GraphConfig(n_neighbors=10))
+    W = W + 1e-6 * sp.csr_matrix(np.ones(W.shape))  # connect the blobs, barely
+    U, _ = sparse_spectral_embedding(W, 4)
+    return U, y
+
+
+def test_converged_probe_reads_the_analytic_embedding_of_separated_blobs(rng):
+    U, y = _blobs_analytic_embedding(rng)
+    train = rng.permutation(len(y))[: len(y) // 2]
+    test = np.setdiff1d(np.arange(len(y)), train)
+    assert np.abs(U).max() < 0.2  # entries of size 1/sqrt(n): the scale the authors' probe cannot train on
+    accuracy = metrics.linear_probe_accuracy(U[train], y[train], U[test], y[test])
+    assert accuracy >= 99.0
+    # no seed, and the embedding's scale does not matter
+    assert metrics.linear_probe_accuracy(1e-3 * U[train], y[train], 1e-3 * U[test], y[test]) == accuracy
+    # the authors' probe, on the same embedding, stays far below (the defect the converged probe fixes)
+    assert metrics.authors_linear_probe_accuracy(U[train], y[train], U[test], y[test], epochs=20) < 90.0
+
+
+def test_evaluate_embedding_reports_both_variants_of_each_measure(rng):
+    Y = rng.normal(size=(60, 3)) + np.repeat(np.eye(3) * 5, 20, axis=0)
+    labels = np.repeat(np.arange(3), 20)
+    reference = Y[:, ::-1] + rng.normal(size=Y.shape)
+    result = metrics.evaluate_embedding(Y, labels, reference)
+    for variant, suffix in (("paper", ""), ("code", "_code")):
+        assert result[f"d_G{suffix}"] == pytest.approx(metrics.grassmann_distance(Y, reference, variant=variant))
+        assert result[f"d_perp{suffix}"] == pytest.approx(metrics.orthogonality(Y, variant=variant))
+    assert result["d_perp"] == pytest.approx(result["d_perp_code"] ** 2)
+    assert result["d_G"] != pytest.approx(result["d_G_code"])  # a non-orthogonal basis tells them apart
+
+
+def test_own_basis_score_removes_specnet2s_d_g_floor(rng):
+    """An exact SpecNet2 output spans D^-1/2 U: scored against U it keeps a floor, mapped by
+    D^1/2 it scores zero."""
+    W = sparse_affinity(rng.normal(size=(300, 3)).astype(np.float32), GraphConfig(n_neighbors=10))
+    degrees = np.asarray(W.sum(axis=1)).ravel()
+    U, _ = sparse_spectral_embedding(W, 4)
+    exact_specnet2 = U / np.sqrt(degrees)[:, None]
+    assert metrics.grassmann_distance(exact_specnet2, U) > 1e-3
+    assert metrics.own_basis_grassmann_distance(exact_specnet2, U, degrees) == pytest.approx(0.0, abs=1e-10)
 
 
 def test_graph_options(rng):

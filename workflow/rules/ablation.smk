@@ -1,5 +1,5 @@
 # The alignment ablation: BASiS with RANSAC, plain least squares and no alignment, same
-# budget. Toy sets use the toy defaults (`python -m basis run` on a toy set) and compute
+# budget, on clean anchors and with gross anchor outliers (`-outliers`). Toy sets use the toy defaults (`python -m basis run` on a toy set) and compute
 # their small reference in the job; image sets use the protocol and the shared reference.
 rule ablation_run:
     input:
@@ -9,7 +9,7 @@ rule ablation_run:
         model="results/ablation/{dataset}/{alignment}/seed{seed}/model.pt",
         embedding="results/ablation/{dataset}/{alignment}/seed{seed}/embedding.npz",
     wildcard_constraints:
-        alignment="ransac|lstsq|none",
+        alignment="(ransac|lstsq|none)(-outliers)?",
     log:
         "results/logs/ablation/{dataset}/{alignment}/seed{seed}.log",
     benchmark:

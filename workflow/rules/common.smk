@@ -167,6 +167,13 @@ KNN = STUDIES_CONFIG["knn"]
 
 
 ABLATION = STUDIES_CONFIG["ablation"]
+# Each alignment on clean anchors and, when experiments.ablation.outlier_fraction is set,
+# with that fraction of every batch's anchor slots holding another class's node.
+ABLATION_VARIANTS = [
+    f"{alignment}{suffix}"
+    for suffix in ["", *(["-outliers"] if ABLATION.get("outlier_fraction", 0) else [])]
+    for alignment in ("ransac", "lstsq", "none")
+]
 
 
 def ablation_inputs(wildcards):
@@ -178,10 +185,12 @@ def ablation_inputs(wildcards):
 
 def ablation_command(wildcards, input, output):
     protocol = [] if wildcards.dataset in TOY_SETS else settings_for("basis")
+    alignment, _, outliers = wildcards.alignment.partition("-")
+    settings = {**ABLATION.get("settings", {}), "alignment": alignment}
+    if outliers:
+        settings["anchor_outliers"] = ABLATION["outlier_fraction"]
     # the ablation's own settings (its budget) last, so they win
-    return run_command("basis", wildcards, input, output, EXPERIMENTS["ablation"], protocol) + set_arguments(
-        {**ABLATION.get("settings", {}), "alignment": wildcards.alignment}
-    )
+    return run_command("basis", wildcards, input, output, EXPERIMENTS["ablation"], protocol) + set_arguments(settings)
 
 
 FIGURES_DIR = "results/paper/figures"

@@ -83,7 +83,7 @@ rule ablation_table:
         metrics=expand(
             "results/ablation/{dataset}/{alignment}/seed{seed}/metrics.json",
             dataset=ABLATION["datasets"],
-            alignment=["ransac", "lstsq", "none"],
+            alignment=ABLATION_VARIANTS,
             seed=range(ABLATION["seeds"]),
         ),
     output:
