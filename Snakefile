@@ -4,7 +4,12 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
-configfile: "config/config.yaml"
+# A config file given on the command line (--configfile) replaces this default instead of
+# being merged into it, so it runs exactly what it states; --config KEY=VALUE still
+# overrides single keys of whichever config is in use.
+if not workflow.config_settings.configfiles:
+
+    configfile: "config/config.yaml"
 
 
 include: "workflow/rules/common.smk"

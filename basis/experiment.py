@@ -34,7 +34,8 @@ PROTOCOL: dict[str, Any] = {
     "batch_size": 512,
     "n_iter": 1000,
     "lr": 1e-4,
-    "graph": {"n_neighbors": 50, "scale": "local", "scale_neighbor": 7, "kernel": "paper", "symmetrize": "mean", "self_loops": True},
+    "graph": {"n_neighbors": 50, "scale": "local", "scale_neighbor": 7, "sigma": None, "kernel": "paper", "symmetrize": "mean",
+              "self_loops": True},
     "eval": {"kmeans_n_init": 10, "probe_C": 1.0, "probe_max_iter": 1000,
              "authors_probe_epochs": 100, "authors_probe_lr": 1e-4, "authors_probe_batch_size": 262},
 }

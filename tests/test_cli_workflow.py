@@ -20,8 +20,11 @@ def test_run_prints_the_documented_json(tmp_path):
                   "--set", "eval.authors_probe_epochs=2", "--set", "anchors_per_class=5")
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
-    assert set(result) == {"d_G", "d_perp", "nmi", "acc", "accuracy", "train_seconds", "device"}
+    scores = {"d_G", "d_G_code", "d_perp", "d_perp_code", "nmi", "nmi_code", "acc", "accuracy", "accuracy_authors"}
+    assert set(result) == scores | {"train_seconds", "device"}
     assert 0 <= result["d_G"] <= 4 and result["device"] == "cpu"
+    # metrics.json holds the scores only: the same seed writes the same file
+    assert json.loads((tmp_path / "metrics.json").read_text()) == {k: result[k] for k in scores}
     assert (tmp_path / "model.pt").exists() and (tmp_path / "embedding.npz").exists()
 
 
@@ -129,3 +132,50 @@ def test_inconsistent_config_stops_before_any_job(workdir, old, new, message):
     assert done.returncode != 0
     assert message in done.stderr + done.stdout
     assert not (workdir / "results").exists()  # nothing ran
+
+
+def _write_config(workdir, edit):
+    import yaml
+
+    config = yaml.safe_load((ROOT / "tests" / "configs" / "tiny.yaml").read_text())
+    edit(config)
+    path = workdir / "narrow.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_a_config_on_the_command_line_replaces_the_default_and_runs_only_what_it_states(workdir):
+    def one_method(config):
+        config["methods"] = {"basis": {"anchors_per_class": 10}}
+        config["experiments"]["knn"]["methods"] = ["basis"]
+
+    done = _snakemake(workdir, "-n", "--quiet", "rules", "--configfile", _write_config(workdir, one_method))
+    assert done.returncode == 0, done.stderr
+    output = done.stdout + done.stderr
+    counts = dict(line.split() for line in output.splitlines() if len(line.split()) == 2 and line.split()[1].isdigit())
+    assert counts["train_and_evaluate"] == "2"  # basis x 2 seeds: nothing merged in from config/config.yaml
+    assert counts["knn_run"] == "2"
+    assert "is extended" not in output
+
+
+@pytest.mark.parametrize("section", ["protocol", "features", "experiments.bunny", "protocol.lr", "ablation"])
+def test_a_config_missing_a_section_is_refused_naming_it(workdir, section):
+    def drop(config):
+        *parents, key = section.split(".")
+        holder = config["experiments"] if key == "ablation" else config
+        for parent in parents:
+            holder = holder[parent]
+        del holder[key]
+
+    done = _snakemake(workdir, "-n", "--configfile", _write_config(workdir, drop))
+    assert done.returncode != 0
+    assert f"'{section.split('.')[-1]}' is a required property" in done.stderr + done.stdout
+    assert not (workdir / "results").exists()
+
+
+def test_a_fixed_kernel_scale_needs_sigma(workdir):
+    def fixed(config):
+        config["protocol"]["graph"]["scale"] = "fixed"
+
+    done = _snakemake(workdir, "-n", "--configfile", _write_config(workdir, fixed))
+    assert done.returncode != 0 and "'sigma' is a required property" in done.stderr + done.stdout
