@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/pip install --quiet -e ".[test]"
 	touch $(STAMP)
 
-.PHONY: setup run quick test bench
+.PHONY: setup run quick test test-fast lint bench
 setup: $(STAMP)
 
 run: $(STAMP)
@@ -22,6 +22,15 @@ quick: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -q
+
+# The edit-test loop: everything but the end-to-end workflow and the long training runs.
+test-fast: $(STAMP)
+	$(VENV)/bin/python -m pytest -q -m "not slow"
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check basis tests workflow/scripts benchmarks
+	$(VENV)/bin/ruff format --check basis tests workflow/scripts benchmarks
+	$(VENV)/bin/snakefmt --check Snakefile workflow/rules
 
 bench: $(STAMP)
 	$(VENV)/bin/python -m basis bench step --json

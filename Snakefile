@@ -30,4 +30,8 @@ rule all:
         "results/paper/comparison.md",
         "results/paper/ablation.md",
         "results/paper/knn_sensitivity.csv",
-        expand("results/paper/figures/{figure}.{suffix}", figure=[*STUDY_FIGURES, "fig5_knn_sensitivity"], suffix=["png", "pdf"]),
+        expand(
+            "results/paper/figures/{figure}.{suffix}",
+            figure=[*STUDY_FIGURES, "fig5_knn_sensitivity"],
+            suffix=["png", "pdf"],
+        ),

@@ -4,6 +4,7 @@ Implements the least-squares map of ``eq:stepAffie_transformation_least_squares2
 its robust RANSAC estimate, the batch alignment ``eq:stepAlignment`` and
 Algorithm 2's global transform T_G.
 """
+
 from __future__ import annotations
 
 import logging
@@ -169,7 +170,10 @@ def ransac_affine(
         log.warning(
             "RANSAC: no hypothesis had K+1=%d inliers (best %d of %d at tolerance %g);"
             " falling back to least squares on all anchors",
-            dim + 1, int(counts[best]), n_anchors, threshold,
+            dim + 1,
+            int(counts[best]),
+            n_anchors,
+            threshold,
         )
         result = align_affine(source, target)
         result.transform, result.fallback = result.transform.to(dtype), True

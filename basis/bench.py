@@ -1,4 +1,5 @@
 """Speed benchmarks that print figures (not tests): ``python -m basis bench``."""
+
 from __future__ import annotations
 
 import resource
@@ -21,15 +22,27 @@ def clustered_data(n: int, dim: int = 16, n_clusters: int = 10, seed: int = 0) -
 
 
 def bench_step(
-    batch_size: int = 512, n_components: int = 10, dim: int = 16, n_neighbors: int = 50,
-    n_iter: int = 110, warmup: int = 10, device: str = "auto", seed: int = 0,
+    batch_size: int = 512,
+    n_components: int = 10,
+    dim: int = 16,
+    n_neighbors: int = 50,
+    n_iter: int = 110,
+    warmup: int = 10,
+    device: str = "auto",
+    seed: int = 0,
 ) -> dict[str, Any]:
     """Median wall time of one BASiS iteration and of its parts, in milliseconds."""
     X, y = clustered_data(max(20 * batch_size, 10_000), dim, n_components, seed)
     records: list[dict[str, float]] = []
     estimator = BASiS(
-        n_components, graph=GraphConfig(n_neighbors=n_neighbors), batch_size=batch_size, n_iter=n_iter,
-        anchors_per_class=25, device=device, seed=seed, callback=lambda step, info: records.append(info),
+        n_components,
+        graph=GraphConfig(n_neighbors=n_neighbors),
+        batch_size=batch_size,
+        n_iter=n_iter,
+        anchors_per_class=25,
+        device=device,
+        seed=seed,
+        callback=lambda step, info: records.append(info),
     )
     estimator.fit(X, y)
     kept = records[warmup:]
@@ -40,13 +53,21 @@ def bench_step(
             **{k[3:]: float(np.median([r[k] for r in kept])) for k in parts},
         },
         "device": str(resolve_device(device)),
-        "settings": {"batch_size": batch_size, "n_components": n_components, "dim": dim, "n_neighbors": n_neighbors,
-                     "iterations_timed": len(kept)},
-        "note": "graph, eigensolve and alignment of batch t+1 run in a worker thread while the gradient step of batch t runs; total is the wall time per iteration",
+        "settings": {
+            "batch_size": batch_size,
+            "n_components": n_components,
+            "dim": dim,
+            "n_neighbors": n_neighbors,
+            "iterations_timed": len(kept),
+        },
+        "note": "graph, eigensolve and alignment of batch t+1 run in a worker thread while the gradient step of"
+        " batch t runs; total is the wall time per iteration",
     }
 
 
-def bench_reference(n: int = 70_000, dim: int = 16, n_neighbors: int = 50, n_components: int = 10, device: str = "auto", seed: int = 0) -> dict[str, Any]:
+def bench_reference(
+    n: int = 70_000, dim: int = 16, n_neighbors: int = 50, n_components: int = 10, device: str = "auto", seed: int = 0
+) -> dict[str, Any]:
     """Wall time and peak memory of the whole-set analytic embedding."""
     X, _ = clustered_data(n, dim, n_components, seed)
     device_name = str(resolve_device(device))

@@ -7,6 +7,7 @@ orthographic camera looking down at it. The true rotation angle of every frame i
 known, which lets the workflow score the recovered circle. A folder of real frames
 can be loaded with :func:`load_frames`.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,11 +16,11 @@ import numpy as np
 
 # (centre xyz, semi-axes xyz) in the object's frame; y is the turntable's axis.
 BUNNY_PARTS = (
-    ((0.0, 0.0, 0.0), (0.95, 0.65, 0.60)),     # body
-    ((0.85, 0.45, 0.0), (0.45, 0.40, 0.38)),    # head
-    ((0.75, 1.05, 0.15), (0.12, 0.45, 0.10)),   # ear, upright
+    ((0.0, 0.0, 0.0), (0.95, 0.65, 0.60)),  # body
+    ((0.85, 0.45, 0.0), (0.45, 0.40, 0.38)),  # head
+    ((0.75, 1.05, 0.15), (0.12, 0.45, 0.10)),  # ear, upright
     ((0.95, 0.95, -0.20), (0.12, 0.40, 0.10)),  # ear, leaning
-    ((-0.95, 0.10, 0.0), (0.20, 0.20, 0.20)),   # tail
+    ((-0.95, 0.10, 0.0), (0.20, 0.20, 0.20)),  # tail
     ((0.45, -0.55, 0.35), (0.35, 0.12, 0.15)),  # front paw, one side only
 )
 
@@ -77,7 +78,9 @@ def load_frames(folder: str | Path, resolution: int | None = None) -> np.ndarray
     """Grayscale frames from a folder of image files (sorted by name) as (n, h, w) in [0, 1]."""
     from PIL import Image
 
-    paths = sorted(p for p in Path(folder).iterdir() if p.suffix.lower() in {".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff"})
+    paths = sorted(
+        p for p in Path(folder).iterdir() if p.suffix.lower() in {".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff"}
+    )
     if not paths:
         raise ValueError(f"no image files (.png, .jpg, ...) in bunny frame folder {folder}")
     frames = []

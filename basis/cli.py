@@ -1,10 +1,12 @@
 """Command line: ``python -m basis {run,features,bench} ...``."""
+
 from __future__ import annotations
 
 import argparse
 import json
 import logging
 import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -47,17 +49,39 @@ def cmd_run(args: argparse.Namespace) -> int:
     tags = {"dataset": args.dataset, "method": args.method, "seed": str(args.seed)}
     with _maybe_tracked(args, f"{args.dataset}-{args.method}-seed{args.seed}", tags) as run:
         if run:
-            run.log_params({"method": args.method, "dataset": args.dataset, "seed": args.seed, "data_seed": args.data_seed,
-                            "device": args.device, "threads": args.threads, "features": args.features or "raw", **settings})
-        result = run_method(args.method, data, seed=args.seed, device=args.device, settings=settings,
-                            callback=run.log_step if run else None, reference=args.reference)
+            run.log_params(
+                {
+                    "method": args.method,
+                    "dataset": args.dataset,
+                    "seed": args.seed,
+                    "data_seed": args.data_seed,
+                    "device": args.device,
+                    "threads": args.threads,
+                    "features": args.features or "raw",
+                    **settings,
+                }
+            )
+        result = run_method(
+            args.method,
+            data,
+            seed=args.seed,
+            device=args.device,
+            settings=settings,
+            callback=run.log_step if run else None,
+            reference=args.reference,
+        )
         scores = {k: v for k, v in result.metrics.items() if k != "train_seconds"}
         output = {**scores, "train_seconds": result.metrics["train_seconds"], "device": str(result.estimator.device_)}
         if args.out:
             out = Path(args.out)
             out.mkdir(parents=True, exist_ok=True)
             result.estimator.save(out / "model.pt")
-            np.savez(out / "embedding.npz", test=result.test_embedding, reference=result.reference_embedding, labels=data.y_test)
+            np.savez(
+                out / "embedding.npz",
+                test=result.test_embedding,
+                reference=result.reference_embedding,
+                labels=data.y_test,
+            )
             # Scores only: the same seed gives the same file (timings go to MLflow and stdout).
             (out / "metrics.json").write_text(json.dumps(scores, indent=2))
         if run:
@@ -74,8 +98,13 @@ def cmd_download(args: argparse.Namespace) -> int:
     from basis.data import load_dataset
 
     data = load_dataset(args.dataset, seed=args.data_seed, root=args.data_root, download=True)
-    summary = {"dataset": args.dataset, "n_train": len(data.X_train), "n_test": len(data.X_test),
-               "shape": list(data.X_train.shape[1:]), "n_classes": data.n_classes}
+    summary = {
+        "dataset": args.dataset,
+        "n_train": len(data.X_train),
+        "n_test": len(data.X_test),
+        "shape": list(data.X_train.shape[1:]),
+        "n_classes": data.n_classes,
+    }
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(summary, indent=2))
@@ -101,7 +130,9 @@ def cmd_tracking(args: argparse.Namespace) -> int:
         ids = tracking.ensure_experiments(args.experiment, store=args.store)
         if args.flag:
             Path(args.flag).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.flag).write_text(json.dumps({"tracking_uri": tracking.tracking_uri(args.store), "experiments": ids}, indent=2))
+            Path(args.flag).write_text(
+                json.dumps({"tracking_uri": tracking.tracking_uri(args.store), "experiments": ids}, indent=2)
+            )
         _print(ids, args.json)
     else:
         _print({"closed": tracking.close_stale_runs(store=args.store)}, args.json)
@@ -115,19 +146,35 @@ def cmd_features(args: argparse.Namespace) -> int:
     options = _options(args.set, ["out_dim", "margin", "n_steps", "pairs_per_step", "lr"], "features")
     data = load_dataset(args.dataset, seed=args.data_seed, root=args.data_root)
     if not data.is_image:
-        raise ValueError(f"data set {args.dataset!r} has no images; Siamese features need one of the image sets or digits")
-    with _maybe_tracked(args, f"{args.dataset}-features-seed{args.seed}", {"dataset": args.dataset, "seed": str(args.seed)}) as run:
+        raise ValueError(
+            f"data set {args.dataset!r} has no images; Siamese features need one of the image sets or digits"
+        )
+    with _maybe_tracked(
+        args, f"{args.dataset}-features-seed{args.seed}", {"dataset": args.dataset, "seed": str(args.seed)}
+    ) as run:
         if run:
             run.log_params({"dataset": args.dataset, "seed": args.seed, "device": args.device, **options})
-        result = train_features(data.X_train, data.y_train, data.X_test, data.y_test, seed=args.seed, device=args.device,
-                                progress=not args.json, **options)
+        result = train_features(
+            data.X_train,
+            data.y_train,
+            data.X_test,
+            data.y_test,
+            seed=args.seed,
+            device=args.device,
+            progress=not args.json,
+            **options,
+        )
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         np.savez(out, X_train=result["train"], y_train=data.y_train, X_test=result["test"], y_test=data.y_test)
         if args.checkpoint:
             result["model"].save(args.checkpoint)
-        output = {"dim": int(result["train"].shape[1]), "train_seconds": result["train_seconds"],
-                  "knn_accuracy": result["knn_accuracy"], "device": str(result["model"].device_)}
+        output = {
+            "dim": int(result["train"].shape[1]),
+            "train_seconds": result["train_seconds"],
+            "knn_accuracy": result["knn_accuracy"],
+            "device": str(result["model"].device_),
+        }
         if run:
             for step, loss in enumerate(result["model"].loss_curve_):
                 run.log_step(step, {"contrastive_loss": loss})
@@ -154,13 +201,15 @@ def cmd_study(args: argparse.Namespace) -> int:
             run.log_params({"study": args.name, **options})
             if "callback" in accepted:
                 options["callback"] = run.log_step
+        start = time.perf_counter()
         result, arrays = study(**options)
-        save_study(args.out, result, arrays)
+        seconds = time.perf_counter() - start
+        save_study(args.out, result, arrays)  # results only: the same seed writes the same files
         if run:
-            run.log_metrics(result)
+            run.log_metrics({**result, "seconds": seconds})
             for name in ("metrics.json", "arrays.npz"):
                 run.log_artifact(Path(args.out) / name)
-    _print(result, args.json)
+    _print({**result, "seconds": seconds}, args.json)
     return 0
 
 
@@ -207,13 +256,16 @@ def _options(assignments: list[str], valid: list[str], what: str) -> dict:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from basis import bench
-
     from basis.threads import thread_report
 
     if args.what == "step":
-        result = bench.bench_step(batch_size=args.m, n_components=args.k_eig, dim=args.d, n_neighbors=args.k, device=args.device)
+        result = bench.bench_step(
+            batch_size=args.m, n_components=args.k_eig, dim=args.d, n_neighbors=args.k, device=args.device
+        )
     else:
-        result = bench.bench_reference(n=args.n, dim=args.d, n_neighbors=args.k, n_components=args.k_eig, device=args.device)
+        result = bench.bench_reference(
+            n=args.n, dim=args.d, n_neighbors=args.k, n_components=args.k_eig, device=args.device
+        )
     result["threads"] = thread_report()
     _print(result, args.json)
     return 0
@@ -227,7 +279,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--method", required=True, choices=sorted(METHODS))
     run.add_argument("--dataset", required=True, choices=DATASETS)
     run.add_argument("--features", help="a .npz from 'basis features' to use as input instead of the raw data")
-    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a setting (graph.n_neighbors=20, n_iter=500, ...)")
+    run.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a setting (graph.n_neighbors=20, n_iter=500, ...)",
+    )
     run.add_argument("--out", help="folder for the model, embeddings and metrics")
     run.add_argument("--reference", help="stored analytic embedding of the test split (from 'basis reference')")
     run.set_defaults(func=cmd_run)
@@ -240,8 +298,13 @@ def build_parser() -> argparse.ArgumentParser:
     reference = sub.add_parser("reference", help="analytic embedding of a data set's test split, stored for the runs")
     reference.add_argument("--dataset", required=True, choices=DATASETS)
     reference.add_argument("--features", help="a .npz from 'basis features' to use as input instead of the raw data")
-    reference.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                           help="protocol settings (graph.*, operator, drop_trivial, n_components)")
+    reference.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="protocol settings (graph.*, operator, drop_trivial, n_components)",
+    )
     reference.add_argument("--out", required=True, help="output .npz")
     reference.set_defaults(func=cmd_reference)
 
@@ -252,7 +315,9 @@ def build_parser() -> argparse.ArgumentParser:
     features.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     features.set_defaults(func=cmd_features)
 
-    study = sub.add_parser("study", help="one of the paper's other experiments (toy examples, bunny, feature change, ...)")
+    study = sub.add_parser(
+        "study", help="one of the paper's other experiments (toy examples, bunny, feature change, ...)"
+    )
     study.add_argument("name", help="toy, illustration, consistency, bunny or feature_change")
     study.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a setting of the study")
     study.add_argument("--out", required=True, help="folder for metrics.json and arrays.npz")
@@ -282,18 +347,30 @@ def build_parser() -> argparse.ArgumentParser:
 
     for command in (run, features, study, figure):
         command.add_argument("--track", metavar="EXPERIMENT", help="log this job as one MLflow run in EXPERIMENT")
-        command.add_argument("--tag", action="append", default=[], metavar="KEY=VALUE", help="extra run tag (with --track)")
+        command.add_argument(
+            "--tag", action="append", default=[], metavar="KEY=VALUE", help="extra run tag (with --track)"
+        )
     for command in (run, features, study, figure, tracking):
-        command.add_argument("--store", default="results/mlflow", help="folder of the SQLite store (unless MLFLOW_TRACKING_URI is set)")
+        command.add_argument(
+            "--store", default="results/mlflow", help="folder of the SQLite store (unless MLFLOW_TRACKING_URI is set)"
+        )
     for command in (run, features, study, figure, bench, tracking, download, reference):
         command.add_argument("--seed", type=int, default=0)
         command.add_argument("--device", default="auto")
         command.add_argument("--json", action="store_true", help="print one JSON object")
         command.add_argument("--data-root", default="resources/data")
-        command.add_argument("--data-seed", type=int, default=0,
-                             help="seed of generated data sets and of splits (one data set, many training seeds)")
-        command.add_argument("--threads", type=int, default=None,
-                             help="CPU threads this job may use, all pools together (default: the cores it may run on)")
+        command.add_argument(
+            "--data-seed",
+            type=int,
+            default=0,
+            help="seed of generated data sets and of splits (one data set, many training seeds)",
+        )
+        command.add_argument(
+            "--threads",
+            type=int,
+            default=None,
+            help="CPU threads this job may use, all pools together (default: the cores it may run on)",
+        )
     return parser
 
 

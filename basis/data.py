@@ -5,6 +5,7 @@ they cannot be downloaded, the error names the URLs and the exact folder for pla
 the files by hand. Toy sets and the rendered bunny are generated; ``digits`` is
 scikit-learn's bundled 8x8 digits, so the whole pipeline runs offline.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -57,12 +58,21 @@ def _torchvision_spec(name: str) -> dict[str, Any]:
     from torchvision import datasets
 
     specs = {
-        "mnist": (datasets.MNIST, "MNIST/raw", [(f"{datasets.MNIST.mirrors[0]}{f}", f, md5) for f, md5 in datasets.MNIST.resources]),
+        "mnist": (
+            datasets.MNIST,
+            "MNIST/raw",
+            [(f"{datasets.MNIST.mirrors[0]}{f}", f, md5) for f, md5 in datasets.MNIST.resources],
+        ),
         "fashion_mnist": (
-            datasets.FashionMNIST, "FashionMNIST/raw",
+            datasets.FashionMNIST,
+            "FashionMNIST/raw",
             [(f"{datasets.FashionMNIST.mirrors[0]}{f}", f, md5) for f, md5 in datasets.FashionMNIST.resources],
         ),
-        "cifar10": (datasets.CIFAR10, ".", [(datasets.CIFAR10.url, datasets.CIFAR10.filename, datasets.CIFAR10.tgz_md5)]),
+        "cifar10": (
+            datasets.CIFAR10,
+            ".",
+            [(datasets.CIFAR10.url, datasets.CIFAR10.filename, datasets.CIFAR10.tgz_md5)],
+        ),
         "svhn": (datasets.SVHN, ".", [tuple(datasets.SVHN.split_list[s]) for s in ("train", "test")]),
     }
     cls, folder, files = specs[name]
@@ -96,7 +106,8 @@ def _prepare_mnist_files(root: Path, spec: dict[str, Any], verify: bool) -> None
         if archive.exists() and not extracted.exists():
             if verify and _md5(archive) != md5:
                 raise DatasetUnavailableError(
-                    f"{archive} is incomplete or corrupt (MD5 {_md5(archive)}, expected {md5}); delete it and download it again"
+                    f"{archive} is incomplete or corrupt (MD5 {_md5(archive)}, expected {md5});"
+                    " delete it and download it again"
                 )
             extract_archive(str(archive), str(folder))
 
@@ -111,7 +122,11 @@ def _without_checksums(cls: type) -> type:
     blank = lambda files: [[name, None] for name, _ in files]  # noqa: E731
     overrides = {"__module__": cls.__module__}
     if hasattr(cls, "train_list"):
-        overrides |= {"train_list": blank(cls.train_list), "test_list": blank(cls.test_list), "meta": {**cls.meta, "md5": None}}
+        overrides |= {
+            "train_list": blank(cls.train_list),
+            "test_list": blank(cls.test_list),
+            "meta": {**cls.meta, "md5": None},
+        }
     if hasattr(cls, "split_list"):
         overrides["split_list"] = {k: [url, name, None] for k, (url, name, _) in cls.split_list.items()}
     return type(cls.__name__, (cls,), overrides)
@@ -124,7 +139,9 @@ def _as_images(data: Any, channels_last: bool) -> np.ndarray:
     return images.transpose(0, 3, 1, 2) if channels_last else images
 
 
-def load_image_dataset(name: str, root: str | Path = DEFAULT_ROOT, *, download: bool = True, verify: bool = True) -> Dataset:
+def load_image_dataset(
+    name: str, root: str | Path = DEFAULT_ROOT, *, download: bool = True, verify: bool = True
+) -> Dataset:
     """MNIST, Fashion-MNIST, SVHN or CIFAR-10 through torchvision, images in [0, 1].
 
     ``verify=False`` skips the MD5 checks of files already on disk (torchvision's
@@ -151,7 +168,9 @@ def load_image_dataset(name: str, root: str | Path = DEFAULT_ROOT, *, download: 
 
 
 # -- generated and bundled sets -------------------------------------------------------------
-def _split(name: str, X: np.ndarray, y: np.ndarray, seed: int, test_size: float | int, stratify: bool = True) -> Dataset:
+def _split(
+    name: str, X: np.ndarray, y: np.ndarray, seed: int, test_size: float | int, stratify: bool = True
+) -> Dataset:
     X_train, X_test, y_train, y_test = train_test_split(
         X, y, test_size=test_size, random_state=seed, stratify=y if stratify else None
     )
@@ -176,7 +195,12 @@ def load_digits_dataset(*, seed: int = 0, test_size: float = 0.2) -> Dataset:
 
 
 def load_bunny(
-    *, n_frames: int = 2000, n_test: int = 500, resolution: int = 64, frames_dir: str | Path | None = None, seed: int = 0
+    *,
+    n_frames: int = 2000,
+    n_test: int = 500,
+    resolution: int = 64,
+    frames_dir: str | Path | None = None,
+    seed: int = 0,
 ) -> Dataset:
     """Turntable frames as (n, 1, h, w) images; labels are the rotation angles.
 
@@ -197,7 +221,9 @@ FEATURE_SETS = (*IMAGE_SETS, "digits")
 DATASETS = (*toy.TOY_SETS, "digits", "bunny", *IMAGE_SETS)
 
 
-def load_dataset(name: str, *, root: str | Path = DEFAULT_ROOT, seed: int = 0, download: bool = True, **options: Any) -> Dataset:
+def load_dataset(
+    name: str, *, root: str | Path = DEFAULT_ROOT, seed: int = 0, download: bool = True, **options: Any
+) -> Dataset:
     """Load any registered data set by name; ``options`` go to its loader."""
     if name not in DATASETS:
         raise ValueError(f"unknown data set {name!r}; valid: {list(DATASETS)}")

@@ -7,6 +7,7 @@ probes trained on the training split's output (a converged one, and the authors'
 SpecNet2's post-processing runs on the whole test set, as in the paper, and SpecNet2 is
 scored in its own basis as well.
 """
+
 from __future__ import annotations
 
 import copy
@@ -22,7 +23,7 @@ import numpy as np
 from basis import metrics
 from basis.data import Dataset, load_dataset
 from basis.graph import GraphConfig, sparse_affinity
-from basis.methods import METHODS, SpecNet2, SpectralEstimator, make_estimator, resolve_device
+from basis.methods import METHODS, SpecNet2, SpectralEstimator, make_estimator
 from basis.spectral import sparse_spectral_embedding
 from basis.toy import TOY_SETS
 
@@ -34,10 +35,23 @@ PROTOCOL: dict[str, Any] = {
     "batch_size": 512,
     "n_iter": 1000,
     "lr": 1e-4,
-    "graph": {"n_neighbors": 50, "scale": "local", "scale_neighbor": 7, "sigma": None, "kernel": "paper", "symmetrize": "mean",
-              "self_loops": True},
-    "eval": {"kmeans_n_init": 10, "probe_C": 1.0, "probe_max_iter": 1000,
-             "authors_probe_epochs": 100, "authors_probe_lr": 1e-4, "authors_probe_batch_size": 262},
+    "graph": {
+        "n_neighbors": 50,
+        "scale": "local",
+        "scale_neighbor": 7,
+        "sigma": None,
+        "kernel": "paper",
+        "symmetrize": "mean",
+        "self_loops": True,
+    },
+    "eval": {
+        "kmeans_n_init": 10,
+        "probe_C": 1.0,
+        "probe_max_iter": 1000,
+        "authors_probe_epochs": 100,
+        "authors_probe_lr": 1e-4,
+        "authors_probe_batch_size": 262,
+    },
 }
 
 
@@ -96,15 +110,19 @@ def resolve_settings(
         elif len(path) == 1 and (path[0] in settings or path[0] in method_keys):
             settings[path[0]] = value
         else:
-            valid = sorted((set(settings) | method_keys) - {"graph", "eval"}) + [f"graph.{k}" for k in PROTOCOL["graph"]] + [
-                f"eval.{k}" for k in PROTOCOL["eval"]
-            ]
+            valid = (
+                sorted((set(settings) | method_keys) - {"graph", "eval"})
+                + [f"graph.{k}" for k in PROTOCOL["graph"]]
+                + [f"eval.{k}" for k in PROTOCOL["eval"]]
+            )
             raise ValueError(f"unknown key {dotted!r} for method {method!r}; valid: {valid}")
     GraphConfig.from_dict(settings["graph"])  # fail early on bad graph values
     return settings
 
 
-def load_inputs(dataset: str, features: str | Path | None = None, seed: int = 0, root: str | Path = "resources/data") -> Dataset:
+def load_inputs(
+    dataset: str, features: str | Path | None = None, seed: int = 0, root: str | Path = "resources/data"
+) -> Dataset:
     """A data set's flat features: a features ``.npz`` (from ``basis features``) or the raw set."""
     if features is not None:
         with np.load(Path(features)) as data:
@@ -121,7 +139,10 @@ def analytic_embedding(X: np.ndarray, settings: dict[str, Any], n_components: in
     """The ground truth: eigenvectors of the whole set's graph (sparse Lanczos)."""
     W = sparse_affinity(X, GraphConfig.from_dict(settings["graph"]), device=device)
     U, _ = sparse_spectral_embedding(
-        W, n_components, operator=settings["operator"], drop_trivial=settings["drop_trivial"],
+        W,
+        n_components,
+        operator=settings["operator"],
+        drop_trivial=settings["drop_trivial"],
         diffusion_time=settings.get("diffusion_time", 1.0),
     )
     return U
@@ -156,15 +177,24 @@ def load_reference(path: str | Path, settings: dict[str, Any], n_components: int
     """A stored reference, refused when it was computed with other settings or on other points."""
     with np.load(Path(path)) as stored:
         U, meta = stored["embedding"], json.loads(str(stored["settings"]))
-    expected = {**json.loads(json.dumps(reference_settings(settings, n_components))), "test_inputs": fingerprint(X_test)}
+    expected = {
+        **json.loads(json.dumps(reference_settings(settings, n_components))),
+        "test_inputs": fingerprint(X_test),
+    }
     if meta != expected:
         raise ValueError(f"reference {path} was computed with {meta}, this run needs {expected}")
     return U
 
 
 def run_method(
-    method: str, data: Dataset, *, seed: int = 0, device: str = "auto", settings: dict[str, Any] | None = None,
-    callback=None, reference: str | Path | None = None,
+    method: str,
+    data: Dataset,
+    *,
+    seed: int = 0,
+    device: str = "auto",
+    settings: dict[str, Any] | None = None,
+    callback=None,
+    reference: str | Path | None = None,
 ) -> RunResult:
     """Fit ``method`` on ``data``'s training split and evaluate on its test split,
     against a stored ``reference`` (from :func:`save_reference`) or one computed here."""
@@ -182,30 +212,61 @@ def run_method(
     test_embedding = estimator.transform(data.X_test)
     train_embedding = estimator.transform(data.X_train)
     reference_embedding = (
-        stored if stored is not None else analytic_embedding(data.X_test, settings, n_components, device=str(estimator.device_))
+        stored
+        if stored is not None
+        else analytic_embedding(data.X_test, settings, n_components, device=str(estimator.device_))
     )
     ev = settings["eval"]
     result = metrics.evaluate_embedding(
-        test_embedding, data.y_test, reference_embedding, n_clusters=data.n_classes, seed=seed, n_init=ev["kmeans_n_init"],
+        test_embedding,
+        data.y_test,
+        reference_embedding,
+        n_clusters=data.n_classes,
+        seed=seed,
+        n_init=ev["kmeans_n_init"],
     )
     if isinstance(estimator, SpecNet2):  # scored in its own basis as well (see metrics.own_basis_grassmann_distance)
-        degrees = np.asarray(sparse_affinity(data.X_test, estimator.graph, device=str(estimator.device_)).sum(axis=1)).ravel()
+        degrees = np.asarray(
+            sparse_affinity(data.X_test, estimator.graph, device=str(estimator.device_)).sum(axis=1)
+        ).ravel()
         result["d_G_own_basis"] = metrics.own_basis_grassmann_distance(test_embedding, reference_embedding, degrees)
     result["accuracy"] = metrics.linear_probe_accuracy(
-        train_embedding, data.y_train, test_embedding, data.y_test, C=ev["probe_C"], max_iter=ev["probe_max_iter"],
+        train_embedding,
+        data.y_train,
+        test_embedding,
+        data.y_test,
+        C=ev["probe_C"],
+        max_iter=ev["probe_max_iter"],
     )
     result["accuracy_authors"] = metrics.authors_linear_probe_accuracy(
-        train_embedding, data.y_train, test_embedding, data.y_test, epochs=ev["authors_probe_epochs"],
-        lr=ev["authors_probe_lr"], batch_size=ev["authors_probe_batch_size"], seed=seed,
+        train_embedding,
+        data.y_train,
+        test_embedding,
+        data.y_test,
+        epochs=ev["authors_probe_epochs"],
+        lr=ev["authors_probe_lr"],
+        batch_size=ev["authors_probe_batch_size"],
+        seed=seed,
     )
     result["train_seconds"] = train_seconds
-    return RunResult(result, estimator, train_embedding, test_embedding, reference_embedding, params | {"n_components": n_components})
+    return RunResult(
+        result, estimator, train_embedding, test_embedding, reference_embedding, params | {"n_components": n_components}
+    )
 
 
 def anchor_spread(
-    X: np.ndarray, anchors: np.ndarray, *, n_batches: int = 20, batch_size: int = 256, n_components: int = 2,
-    graph: dict | GraphConfig | None = None, operator: str = "unnormalized", drop_trivial: bool = True,
-    ransac: dict | None = None, n_held_out: int = 9, seed: int = 0,
+    X: np.ndarray,
+    anchors: np.ndarray,
+    *,
+    n_batches: int = 20,
+    batch_size: int = 256,
+    n_components: int = 2,
+    graph: dict | GraphConfig | None = None,
+    operator: str = "unnormalized",
+    drop_trivial: bool = True,
+    ransac: dict | None = None,
+    n_held_out: int = 9,
+    seed: int = 0,
 ) -> dict[str, Any]:
     """The anchors' embedding over independent batches, before and after alignment (Fig. 3).
 
@@ -232,18 +293,26 @@ def anchor_spread(
     for _ in range(n_batches):
         batch = np.concatenate([fixed, rng.choice(others, batch_size, replace=False)])
         W = dense_affinity(torch.as_tensor(X[batch], dtype=torch.float64), config)
-        phi, _ = spectral_embedding(W, n_components, operator=operator, drop_trivial=drop_trivial, on_disconnected="ignore")
+        phi, _ = spectral_embedding(
+            W, n_components, operator=operator, drop_trivial=drop_trivial, on_disconnected="ignore"
+        )
         raw.append(phi[: len(fixed)])
         if not aligned:
             aligned.append(phi[: len(fixed)])
             continue
-        fit = ransac_affine(phi[: len(anchors)], aligned[0][: len(anchors)],
-                            generator=torch.Generator().manual_seed(seed), **ransac)
+        fit = ransac_affine(
+            phi[: len(anchors)], aligned[0][: len(anchors)], generator=torch.Generator().manual_seed(seed), **ransac
+        )
         aligned.append(apply_affine(fit.transform, phi[: len(fixed)]))
     raw_np, aligned_np = np.stack([r.numpy() for r in raw]), np.stack([a.numpy() for a in aligned])
     result: dict[str, Any] = {"before": raw_np[:, : len(anchors)], "after": aligned_np[:, : len(anchors)]}
     for name, rows in (("", slice(0, len(anchors))), ("held_out_", slice(len(anchors), None))):
         before, after = float(raw_np[:, rows].std(axis=0).mean()), float(aligned_np[:, rows].std(axis=0).mean())
-        result.update({f"{name}spread_before": before, f"{name}spread_after": after,
-                       f"{name}reduction": before / max(after, 1e-300)})
+        result.update(
+            {
+                f"{name}spread_before": before,
+                f"{name}spread_after": after,
+                f"{name}reduction": before / max(after, 1e-300),
+            }
+        )
     return result

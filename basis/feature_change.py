@@ -6,6 +6,7 @@ iteration the spectral network takes one BASiS step on the current features, aft
 the base (reference) embedding has been recomputed on those features and aligned to
 its previous self with the global transformation T_G (``global_transformation_algo``).
 """
+
 from __future__ import annotations
 
 import time
@@ -81,27 +82,65 @@ class FeatureChangeTrainer:
     """
 
     def __init__(
-        self, n_components: int = 9, *, out_dim: int = 16, n_iter: int = 1500, spectral_every: int = 10,
-        batch_size: int = 512, anchors_per_class: int = 25, graph: dict | None = None, operator: str = "normalized",
-        drop_trivial: bool = True, spectral_lr: float = 1e-4, feature_lr: float = 1e-3, pairs_per_step: int = 256,
-        margin: float = 1.0, ransac_iter: int = 100, ransac_sample_size: int = 20, ransac_tolerance: float = 0.25,
+        self,
+        n_components: int = 9,
+        *,
+        out_dim: int = 16,
+        n_iter: int = 1500,
+        spectral_every: int = 10,
+        batch_size: int = 512,
+        anchors_per_class: int = 25,
+        graph: dict | None = None,
+        operator: str = "normalized",
+        drop_trivial: bool = True,
+        spectral_lr: float = 1e-4,
+        feature_lr: float = 1e-3,
+        pairs_per_step: int = 256,
+        margin: float = 1.0,
+        ransac_iter: int = 100,
+        ransac_sample_size: int = 20,
+        ransac_tolerance: float = 0.25,
         ransac_tolerance_mode: str = "relative",
-        use_global_transform: bool = True, eval_every: int = 50, eval_size: int = 2000,
-        snapshot_at: tuple[int, ...] = (10, 100, 500, 1500), seed: int = 0, device: str = "auto",
+        use_global_transform: bool = True,
+        eval_every: int = 50,
+        eval_size: int = 2000,
+        snapshot_at: tuple[int, ...] = (10, 100, 500, 1500),
+        seed: int = 0,
+        device: str = "auto",
         callback: Callable[[int, dict[str, float]], None] | None = None,
     ):
         if spectral_every < 1 or n_iter < spectral_every:
-            raise ValueError(f"need 1 <= spectral_every <= n_iter, got spectral_every={spectral_every}, n_iter={n_iter}")
+            raise ValueError(
+                f"need 1 <= spectral_every <= n_iter, got spectral_every={spectral_every}, n_iter={n_iter}"
+            )
         if eval_every < 1 or eval_size < 2:
             raise ValueError(f"eval_every must be >= 1 and eval_size >= 2, got {eval_every} and {eval_size}")
-        self.features = SiameseFeatures(out_dim, margin=margin, n_steps=n_iter, pairs_per_step=pairs_per_step,
-                                        lr=feature_lr, device=device, seed=seed, progress=False)
+        self.features = SiameseFeatures(
+            out_dim,
+            margin=margin,
+            n_steps=n_iter,
+            pairs_per_step=pairs_per_step,
+            lr=feature_lr,
+            device=device,
+            seed=seed,
+            progress=False,
+        )
         self.spectral = BASiS(
-            n_components, graph=graph or {"n_neighbors": 50, "scale": "local", "scale_neighbor": 7},
-            operator=operator, drop_trivial=drop_trivial, batch_size=batch_size, n_iter=n_iter // spectral_every,
-            lr=spectral_lr, anchors="stratified", anchors_per_class=anchors_per_class, ransac_iter=ransac_iter,
-            ransac_sample_size=ransac_sample_size, ransac_tolerance=ransac_tolerance,
-            ransac_tolerance_mode=ransac_tolerance_mode, device=device, seed=seed,
+            n_components,
+            graph=graph or {"n_neighbors": 50, "scale": "local", "scale_neighbor": 7},
+            operator=operator,
+            drop_trivial=drop_trivial,
+            batch_size=batch_size,
+            n_iter=n_iter // spectral_every,
+            lr=spectral_lr,
+            anchors="stratified",
+            anchors_per_class=anchors_per_class,
+            ransac_iter=ransac_iter,
+            ransac_sample_size=ransac_sample_size,
+            ransac_tolerance=ransac_tolerance,
+            ransac_tolerance_mode=ransac_tolerance_mode,
+            device=device,
+            seed=seed,
         )
         self.n_iter, self.spectral_every = n_iter, spectral_every
         self.use_global_transform = use_global_transform
@@ -109,7 +148,9 @@ class FeatureChangeTrainer:
         self.snapshot_at = tuple(sorted({int(i) for i in snapshot_at if 0 < int(i) <= n_iter}))
         self.seed, self.callback = seed, callback
 
-    def fit(self, images_train: np.ndarray, y_train: np.ndarray, images_val: np.ndarray, y_val: np.ndarray) -> FeatureChangeResult:
+    def fit(
+        self, images_train: np.ndarray, y_train: np.ndarray, images_val: np.ndarray, y_val: np.ndarray
+    ) -> FeatureChangeResult:
         started = time.perf_counter()
         result = FeatureChangeResult()
         features, spectral = self.features.start(images_train, y_train), self.spectral
@@ -151,8 +192,11 @@ class FeatureChangeTrainer:
             current = previous
         elif self.use_global_transform:
             fit = global_transform(
-                previous[:n_anchors], updated[:n_anchors], n_iter=spectral.ransac_iter,
-                sample_size=spectral.ransac_sample_size, tolerance=spectral.ransac_tolerance,
+                previous[:n_anchors],
+                updated[:n_anchors],
+                n_iter=spectral.ransac_iter,
+                sample_size=spectral.ransac_sample_size,
+                tolerance=spectral.ransac_tolerance,
                 tolerance_mode=spectral.ransac_tolerance_mode,
                 generator=spectral.ransac_generator_,
             )
@@ -164,7 +208,8 @@ class FeatureChangeTrainer:
         spectral.reference_anchor_embedding_ = current[:n_anchors]
         if iteration in self.snapshot_at:
             result.snapshots[iteration] = {
-                "base_before": (previous if updated is None else updated).cpu().numpy(), "base_after": current.cpu().numpy(),
+                "base_before": (previous if updated is None else updated).cpu().numpy(),
+                "base_after": current.cpu().numpy(),
             }
         images = self.features.images_
         batch = spectral._aligned_batch(len(images), self._features_of, timer)
@@ -180,7 +225,11 @@ class FeatureChangeTrainer:
         return self.features.embed(images[indices.to(images.device)])
 
     def _evaluate(
-        self, iteration: int, result: FeatureChangeResult, images_train: torch.Tensor, y_train: np.ndarray,
+        self,
+        iteration: int,
+        result: FeatureChangeResult,
+        images_train: torch.Tensor,
+        y_train: np.ndarray,
         images_val: torch.Tensor,
     ) -> dict[str, float]:
         """Clustering of the analytic embedding of the current validation features and
@@ -188,7 +237,11 @@ class FeatureChangeTrainer:
         features, spectral = self.features, self.spectral
         n_clusters = len(np.unique(result.val_labels))
         val_features = features.embed(images_val).cpu().numpy()
-        settings = {"graph": spectral.graph.to_dict(), "operator": spectral.operator, "drop_trivial": spectral.drop_trivial}
+        settings = {
+            "graph": spectral.graph.to_dict(),
+            "operator": spectral.operator,
+            "drop_trivial": spectral.drop_trivial,
+        }
         reference = analytic_embedding(val_features, settings, spectral.n_components)
         outputs = {
             "analytic": (reference, result.val_labels),
@@ -219,14 +272,17 @@ def summarize(result: FeatureChangeResult, last_fraction: float = 0.25) -> dict[
         analytic, network = np.asarray(history[f"{measure}_analytic"][1]), np.asarray(history[f"{measure}_val"][1])
         tail = max(1, int(round(len(analytic) * last_fraction)))
         summary[f"{measure}_gap_last"] = float(np.mean(np.abs(analytic[-tail:] - network[-tail:])))
-    summary["seconds"] = result.seconds
     return summary
 
 
 def snapshot_arrays(result: FeatureChangeResult) -> dict[str, Any]:
     """Flat arrays for an ``.npz``: the curves, the snapshots and the t-SNE inputs."""
-    arrays: dict[str, Any] = {"val_labels": result.val_labels, "base_labels": result.base_labels,
-                              "start": result.start, "end": result.end}
+    arrays: dict[str, Any] = {
+        "val_labels": result.val_labels,
+        "base_labels": result.base_labels,
+        "start": result.start,
+        "end": result.end,
+    }
     for name, (steps, values) in result.history.items():
         arrays[f"history/{name}/steps"] = np.asarray(steps)
         arrays[f"history/{name}/values"] = np.asarray(values)

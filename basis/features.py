@@ -3,6 +3,7 @@
 The spectral methods embed 16-dimensional features learnt by a small CNN from class
 labels, as in the paper (Sec. 5.2). Pairs are balanced: half share a class, half do not.
 """
+
 from __future__ import annotations
 
 import time
@@ -24,7 +25,9 @@ def contrastive_loss(z1: torch.Tensor, z2: torch.Tensor, same: torch.Tensor, mar
     return torch.where(same, d**2, torch.clamp(margin - d, min=0.0) ** 2).mean()
 
 
-def balanced_pairs(labels: np.ndarray, n_pairs: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def balanced_pairs(
+    labels: np.ndarray, n_pairs: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Index pairs, the first half same-class, the second half different-class."""
     by_class = {c: np.flatnonzero(labels == c) for c in np.unique(labels)}
     first = rng.integers(0, len(labels), n_pairs)
@@ -56,8 +59,16 @@ class SiameseFeatures:
     """
 
     def __init__(
-        self, out_dim: int = 16, *, margin: float = 1.0, n_steps: int = 2000, pairs_per_step: int = 256,
-        lr: float = 1e-3, device: str = "auto", seed: int = 0, progress: bool = True,
+        self,
+        out_dim: int = 16,
+        *,
+        margin: float = 1.0,
+        n_steps: int = 2000,
+        pairs_per_step: int = 256,
+        lr: float = 1e-3,
+        device: str = "auto",
+        seed: int = 0,
+        progress: bool = True,
     ):
         self.out_dim, self.margin, self.n_steps, self.pairs_per_step = out_dim, margin, n_steps, pairs_per_step
         self.lr, self.device, self.seed, self.progress = lr, device, seed, progress
@@ -116,8 +127,14 @@ class SiameseFeatures:
         return features
 
     def save(self, path: str | Path) -> None:
-        torch.save({"in_shape": list(self.in_shape_), "out_dim": self.out_dim,
-                    "state_dict": {k: v.cpu() for k, v in self.model_.state_dict().items()}}, Path(path))
+        torch.save(
+            {
+                "in_shape": list(self.in_shape_),
+                "out_dim": self.out_dim,
+                "state_dict": {k: v.cpu() for k, v in self.model_.state_dict().items()},
+            },
+            Path(path),
+        )
 
     @classmethod
     def load(cls, path: str | Path, device: str = "auto") -> "SiameseFeatures":
@@ -131,7 +148,9 @@ class SiameseFeatures:
         return features
 
 
-def knn_accuracy(train_features: np.ndarray, train_labels: np.ndarray, test_features: np.ndarray, test_labels: np.ndarray) -> float:
+def knn_accuracy(
+    train_features: np.ndarray, train_labels: np.ndarray, test_features: np.ndarray, test_labels: np.ndarray
+) -> float:
     """1-nearest-neighbour test accuracy of a feature space."""
     classifier = KNeighborsClassifier(n_neighbors=1).fit(train_features, train_labels)
     return float((classifier.predict(test_features) == np.asarray(test_labels)).mean())
@@ -144,6 +163,9 @@ def train_features(images_train, labels_train, images_test, labels_test, **optio
     seconds = time.perf_counter() - start
     train, test = model.transform(images_train), model.transform(images_test)
     return {
-        "model": model, "train": train, "test": test, "train_seconds": seconds,
+        "model": model,
+        "train": train,
+        "test": test,
+        "train_seconds": seconds,
         "knn_accuracy": knn_accuracy(train, labels_train, test, labels_test),
     }

@@ -3,6 +3,7 @@
 Every figure is written as PNG and as PDF (same name, other suffix). Functions take a
 study folder (``metrics.json`` + ``arrays.npz``) or a summary table and the PNG path.
 """
+
 from __future__ import annotations
 
 import json
@@ -66,13 +67,17 @@ def illustration(folder: str | Path, out: str | Path) -> None:
     axes[0].scatter(*X[anchors].T, s=60, c="red", label="anchors")
     axes[0].legend(fontsize=7)
     axes[0].set_title("data, subsets and anchors", fontsize=9)
-    panels = ((axes[1], a["embedding1"], a["subset1"], "subset 1 embedding"),
-              (axes[2], a["embedding2"], a["subset2"], "subset 2 embedding"))
+    panels = (
+        (axes[1], a["embedding1"], a["subset1"], "subset 1 embedding"),
+        (axes[2], a["embedding2"], a["subset2"], "subset 2 embedding"),
+    )
     for ax, embedding, subset, title in panels:
         ax.scatter(*embedding.T, c=CLUSTER_COLOURS(y[subset]), s=20)
         ax.scatter(*embedding[:3].T, c="red", s=60, marker="x")
         ax.set_title(title, fontsize=9)
-    axes[3].scatter(*a["embedding2"].T, c=CLUSTER_COLOURS(y[a["subset2"]]), s=40, marker="o", alpha=0.4, label="subset 2")
+    axes[3].scatter(
+        *a["embedding2"].T, c=CLUSTER_COLOURS(y[a["subset2"]]), s=40, marker="o", alpha=0.4, label="subset 2"
+    )
     axes[3].scatter(*a["aligned1"].T, c=CLUSTER_COLOURS(y[a["subset1"]]), s=15, marker="x", label="subset 1, aligned")
     axes[3].legend(fontsize=7)
     axes[3].set_title(f"union after alignment (anchor error {result['anchor_error_after']:.1e})", fontsize=9)
@@ -116,9 +121,11 @@ def bunny(folder: str | Path, out: str | Path) -> None:
     axes[0].axis("off")
     colour_all = a["angles_all"] if np.isfinite(a["angles_all"]).all() else None
     colour_test = a["angles_test"] if np.isfinite(a["angles_test"]).all() else None
-    panels = ((axes[1], a["all_frames"], colour_all, "analytic DM, all frames"),
-              (axes[2], a["test_reference"], colour_test, "analytic DM, test frames"),
-              (axes[3], a["network"], colour_test, f"network, test frames (d_G {result['d_G']:.3f})"))
+    panels = (
+        (axes[1], a["all_frames"], colour_all, "analytic DM, all frames"),
+        (axes[2], a["test_reference"], colour_test, "analytic DM, test frames"),
+        (axes[3], a["network"], colour_test, f"network, test frames (d_G {result['d_G']:.3f})"),
+    )
     for ax, embedding, colour, title in panels:
         ax.scatter(*embedding.T, c=colour, cmap="hsv", s=4)
         ax.set_title(title, fontsize=9)
@@ -132,8 +139,14 @@ def knn_sensitivity(summary: pd.DataFrame, out: str | Path) -> None:
     for ax, measure in zip(axes, ("nmi", "acc", "d_G", "d_perp")):
         for method, block in summary.groupby("method"):
             block = block.sort_values("n_neighbors")
-            ax.errorbar(block["n_neighbors"], block[f"{measure}_mean"], yerr=block[f"{measure}_std"].fillna(0),
-                        marker="o", capsize=3, label=METHOD_LABELS.get(method, method))
+            ax.errorbar(
+                block["n_neighbors"],
+                block[f"{measure}_mean"],
+                yerr=block[f"{measure}_std"].fillna(0),
+                marker="o",
+                capsize=3,
+                label=METHOD_LABELS.get(method, method),
+            )
         ax.set_xlabel("neighbours k")
         ax.set_title(measure, fontsize=9)
     axes[0].legend(fontsize=7)
@@ -189,8 +202,11 @@ def feature_change_snapshots(folder: str | Path, out: str | Path) -> None:
     fig, axes = plt.subplots(len(iterations), 3, figsize=(9, 2.8 * len(iterations)), squeeze=False)
     for row, iteration in enumerate(iterations):
         prefix = f"snapshot/{iteration}/"
-        panels = (("base_before", a["base_labels"], "base, before T_G"), ("base_after", a["base_labels"], "base, after T_G"),
-                  ("val_embedding", a["val_labels"], "network, validation"))
+        panels = (
+            ("base_before", a["base_labels"], "base, before T_G"),
+            ("base_after", a["base_labels"], "base, after T_G"),
+            ("val_embedding", a["val_labels"], "network, validation"),
+        )
         for column, (key, labels, title) in enumerate(panels):
             ax = axes[row, column]
             if prefix + key in a:

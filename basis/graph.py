@@ -5,6 +5,7 @@ restricted to each node's k nearest neighbours. The authors' code differs from t
 printed equation in the kernel's denominator and in how sigma is chosen; every such
 choice is a field of :class:`GraphConfig`.
 """
+
 from __future__ import annotations
 
 import time
@@ -87,9 +88,7 @@ def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
         raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
 
 
-def knn(
-    X: torch.Tensor, n_neighbors: int, *, chunk_size: int = 2048
-) -> tuple[torch.Tensor, torch.Tensor]:
+def knn(X: torch.Tensor, n_neighbors: int, *, chunk_size: int = 2048) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact k nearest neighbours of every row of ``X`` (itself included, first).
 
     Brute force in chunks of rows through one matrix product per chunk, so it runs on

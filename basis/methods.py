@@ -6,6 +6,7 @@ loop (:meth:`SpectralEstimator.fit`), one network family (:class:`~basis.models.
 and one graph builder. Each method supplies only its set-up, its per-step loss and,
 where it has one, its post-processing.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -284,8 +285,12 @@ class SpectralEstimator:
                 return None
         with timer("eigensolve"):
             phi, _ = spectral_embedding(
-                W, self.n_components, operator=self.operator, drop_trivial=self.drop_trivial,
-                diffusion_time=self.diffusion_time, on_disconnected="ignore",
+                W,
+                self.n_components,
+                operator=self.operator,
+                drop_trivial=self.drop_trivial,
+                diffusion_time=self.diffusion_time,
+                on_disconnected="ignore",
             )
         return phi
 
@@ -434,7 +439,9 @@ class BASiS(SpectralEstimator):
         if not 0.0 <= self.anchor_outliers < 1.0:
             raise ValueError(f"anchor_outliers must be in [0, 1), got {self.anchor_outliers!r}")
         if self.ransac_tolerance_mode not in TOLERANCE_MODES:
-            raise ValueError(f"ransac_tolerance_mode must be one of {list(TOLERANCE_MODES)}, got {self.ransac_tolerance_mode!r}")
+            raise ValueError(
+                f"ransac_tolerance_mode must be one of {list(TOLERANCE_MODES)}, got {self.ransac_tolerance_mode!r}"
+            )
 
     def _choose_anchors(self, n: int, y: np.ndarray | None) -> torch.Tensor:
         if self.anchor_indices is not None:
@@ -487,8 +494,12 @@ class BASiS(SpectralEstimator):
             result = align_affine(source, target)
         else:
             result = ransac_affine(
-                source, target, n_iter=self.ransac_iter, sample_size=self.ransac_sample_size,
-                tolerance=self.ransac_tolerance, tolerance_mode=self.ransac_tolerance_mode,
+                source,
+                target,
+                n_iter=self.ransac_iter,
+                sample_size=self.ransac_sample_size,
+                tolerance=self.ransac_tolerance,
+                tolerance_mode=self.ransac_tolerance_mode,
                 generator=self.ransac_generator_,
             )
             self.n_fallbacks_ += int(result.fallback)
@@ -599,8 +610,12 @@ class DiffusionNet(SpectralEstimator):
         self.sample_indices_ = self._sample(X.shape[0], size)
         W = dense_affinity(X[self.sample_indices_.to(X.device)], self.graph)
         self.target_, self.eigenvalues_ = spectral_embedding(
-            W, self.n_components, operator=self.operator, drop_trivial=self.drop_trivial,
-            diffusion_time=self.diffusion_time, on_disconnected="warn",
+            W,
+            self.n_components,
+            operator=self.operator,
+            drop_trivial=self.drop_trivial,
+            diffusion_time=self.diffusion_time,
+            on_disconnected="warn",
         )
         # The operator whose eigenvectors the targets are, for the eigen-regulariser.
         if self.operator == "diffusion":
@@ -633,7 +648,8 @@ class SpecNet1(SpectralEstimator):
 
     Each step computes the orthonormalisation weights W_orth = sqrt(m) R^-1 from the QR
     of the net's output on a separate batch (sign fixed so that diag R > 0; gradients
-    flow through it, as in the PyTorch package 1.1.0), then minimises ``spectralnet_loss`` (1/m^2) sum_ij W_ij ||y_i - y_j||^2 on the training
+    flow through it, as in the PyTorch package 1.1.0), then minimises ``spectralnet_loss``
+    (1/m^2) sum_ij W_ij ||y_i - y_j||^2 on the training
     batch. For L_N the outputs are divided by sqrt(degree) inside the loss. The last
     W_orth is stored for inference. SpectralNet learns the K smallest eigenvectors
     including the trivial one. Its last layer is bounded by ``output_activation``
@@ -650,7 +666,9 @@ class SpecNet1(SpectralEstimator):
     def _validate(self, n_samples: int) -> None:
         super()._validate(n_samples)
         if self.drop_trivial:
-            raise ValueError("SpecNet1 learns the K smallest eigenvectors including the trivial one: use drop_trivial=False")
+            raise ValueError(
+                "SpecNet1 learns the K smallest eigenvectors including the trivial one: use drop_trivial=False"
+            )
         if self.operator == "diffusion":
             raise ValueError("SpecNet1 learns L or L_N eigenvectors: operator must be 'unnormalized' or 'normalized'")
 
@@ -770,15 +788,19 @@ class SpecNet2(SpectralEstimator):
             rows = self.full_graph_[batch.numpy()].tocoo()
             union, inverse = np.unique(np.concatenate([batch.numpy(), rows.col]), return_inverse=True)
             W_rows = torch.zeros((len(batch), len(union)), dtype=X.dtype)
-            W_rows[torch.from_numpy(rows.row), torch.from_numpy(inverse[len(batch):])] = torch.from_numpy(rows.data).to(X.dtype)
+            W_rows[torch.from_numpy(rows.row), torch.from_numpy(inverse[len(batch) :])] = torch.from_numpy(
+                rows.data
+            ).to(X.dtype)
             degrees = self.full_degrees_[batch].to(X.dtype)
             if self.drop_trivial:
                 union_degrees = self.full_degrees_[torch.from_numpy(union)].to(X.dtype)
                 W_rows = W_rows - torch.outer(degrees, union_degrees) / self.full_degrees_.sum()
             union = torch.from_numpy(union).to(X.device)
             return {
-                "X_union": X[union], "batch_position": torch.from_numpy(inverse[: len(batch)]).to(X.device),
-                "W_rows": W_rows.to(X.device), "degrees": degrees.to(X.device),
+                "X_union": X[union],
+                "batch_position": torch.from_numpy(inverse[: len(batch)]).to(X.device),
+                "W_rows": W_rows.to(X.device),
+                "degrees": degrees.to(X.device),
             }
 
     def _batch_loss(self, X: torch.Tensor, batch: dict, timer: StepTimer) -> tuple[torch.Tensor, dict[str, float]]:

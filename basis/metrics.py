@@ -15,6 +15,7 @@ linear probe accuracy     converged logistic         Adam lr 1e-4, 100 epochs (t
                           regression (ours)          authors'; barely trains)
 ========================  =========================  ===============================
 """
+
 from __future__ import annotations
 
 import numpy as np

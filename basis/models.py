@@ -1,4 +1,5 @@
 """Networks: the spectral MLP shared by every method, and the Siamese feature CNNs."""
+
 from __future__ import annotations
 
 import torch

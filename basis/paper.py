@@ -1,4 +1,5 @@
 """The paper's published numbers (Table 1) and the reproduced-vs-paper comparison."""
+
 from __future__ import annotations
 
 import math
@@ -10,12 +11,23 @@ import pandas as pd
 MEASURES = ("d_G", "d_perp", "nmi", "acc", "accuracy")
 #: For each measure, the variant that produced the paper's Table 1 numbers: the authors'
 #: code (column-normalised d_G, unsquared d_perp, arithmetic-mean NMI, their linear probe).
-PAPER_VARIANT = {"d_G": "d_G_code", "d_perp": "d_perp_code", "nmi": "nmi_code", "acc": "acc", "accuracy": "accuracy_authors"}
+PAPER_VARIANT = {
+    "d_G": "d_G_code",
+    "d_perp": "d_perp_code",
+    "nmi": "nmi_code",
+    "acc": "acc",
+    "accuracy": "accuracy_authors",
+}
 #: Every column summarised over seeds; SpecNet2's own-basis d_G is NaN for the other methods.
 ALL_MEASURES = (*MEASURES, *(v for v in PAPER_VARIANT.values() if v not in MEASURES), "d_G_own_basis")
 #: True where lower is better.
 LOWER_IS_BETTER = {m: m.startswith(("d_G", "d_perp")) for m in ALL_MEASURES}
-METHOD_LABELS = {"diffusion_net": "Diffusion-Net", "specnet1": "SpecNet1", "specnet2": "SpecNet2", "basis": "BASiS (Ours)"}
+METHOD_LABELS = {
+    "diffusion_net": "Diffusion-Net",
+    "specnet1": "SpecNet1",
+    "specnet2": "SpecNet2",
+    "basis": "BASiS (Ours)",
+}
 DATASET_LABELS = {"mnist": "MNIST", "fashion_mnist": "Fashion-MNIST", "svhn": "SVHN", "cifar10": "CIFAR-10"}
 
 _T1 = {  # measure -> method -> (mnist, fashion_mnist, svhn, cifar10) as (mean, std)
@@ -78,14 +90,19 @@ def _best_methods(summary: pd.DataFrame, measures: tuple[str, ...] = MEASURES) -
 def table_markdown(summary: pd.DataFrame) -> str:
     """Table 1 twice: by the paper's equations, then in the variants of the authors' code
     that produced the paper's numbers (see :data:`PAPER_VARIANT`)."""
-    sections = [("By the paper's equations (probe: converged logistic regression)", MEASURES),
-                ("As the authors' code computed them (the variants behind the paper's numbers)",
-                 tuple(PAPER_VARIANT.values()))]
+    sections = [
+        ("By the paper's equations (probe: converged logistic regression)", MEASURES),
+        ("As the authors' code computed them (the variants behind the paper's numbers)", tuple(PAPER_VARIANT.values())),
+    ]
     lines = []
     for title, measures in sections:
         best = _best_methods(summary, measures)
-        lines += [f"### {title}", "", "| data set | method | " + " | ".join(measures) + " |",
-                  "|---|---|" + "---|" * len(measures)]
+        lines += [
+            f"### {title}",
+            "",
+            "| data set | method | " + " | ".join(measures) + " |",
+            "|---|---|" + "---|" * len(measures),
+        ]
         for (dataset, method), row in summary.iterrows():
             cells = []
             for m in measures:
@@ -99,8 +116,12 @@ def table_markdown(summary: pd.DataFrame) -> str:
 def table_latex(summary: pd.DataFrame) -> str:
     best = _best_methods(summary)
     datasets = list(summary.index.get_level_values(0).unique())
-    lines = [r"\begin{tabular}{ll" + "c" * len(datasets) + "}", r"\toprule",
-             "Measure & Method & " + " & ".join(DATASET_LABELS.get(d, d) for d in datasets) + r" \\", r"\midrule"]
+    lines = [
+        r"\begin{tabular}{ll" + "c" * len(datasets) + "}",
+        r"\toprule",
+        "Measure & Method & " + " & ".join(DATASET_LABELS.get(d, d) for d in datasets) + r" \\",
+        r"\midrule",
+    ]
     for measure in MEASURES:
         for method in summary.index.get_level_values(1).unique():
             cells = []
@@ -111,7 +132,11 @@ def table_latex(summary: pd.DataFrame) -> str:
                 row = summary.loc[(dataset, method)]
                 text = f"{row[(measure, 'mean')]:.3f} \\pm {row[(measure, 'std')]:.3f}"
                 cells.append(f"$\\mathbf{{{text}}}$" if (dataset, method, measure) in best else f"${text}$")
-            lines.append(f"{measure.replace('_', chr(92) + '_')} & {METHOD_LABELS.get(method, method)} & " + " & ".join(cells) + r" \\")
+            lines.append(
+                f"{measure.replace('_', chr(92) + '_')} & {METHOD_LABELS.get(method, method)} & "
+                + " & ".join(cells)
+                + r" \\"
+            )
         lines.append(r"\midrule")
     lines[-1] = r"\bottomrule"
     lines.append(r"\end{tabular}")
@@ -123,14 +148,17 @@ def comparison_markdown(summary: pd.DataFrame) -> str:
     and ours by the paper's equation; the difference and whether ours lies within the
     paper's mean +/- 2 std are for the same variant. Cells the paper does not report say so."""
     lines = [
-        "# Reproduced vs. paper (Table 1)", "",
+        "# Reproduced vs. paper (Table 1)",
+        "",
         "The paper's numbers come from the authors' code, whose measures differ from the paper's equations:"
         " d_G on column-normalised (not orthonormalised) bases, d_perp not squared, NMI with the arithmetic-mean"
         " normaliser, and a linear probe (Adam, lr 1e-4, 100 epochs) that barely trains. `ours, same variant`"
         " is computed that way and is what `difference` and `within 2σ` compare; `ours, paper's equation`"
         " follows the equations (and a converged probe). Data sets the paper does not report (digits, toy sets)"
-        " have no paper number.", "",
-        "| data set | method | measure | paper | ours, same variant | difference | within 2σ | ours, paper's equation |",
+        " have no paper number.",
+        "",
+        "| data set | method | measure | paper | ours, same variant | difference | within 2σ"
+        " | ours, paper's equation |",
         "|---|---|---|---|---|---|---|---|",
     ]
 
@@ -151,16 +179,23 @@ def comparison_markdown(summary: pd.DataFrame) -> str:
                 f"| {dataset} | {method} | {measure} | {paper[0]:.3f} ± {paper[1]:.3f} | {same} |"
                 f" {mean - paper[0]:+.3f} | {'yes' if within else '**no**'} | {equation} |"
             )
-    own = [(dataset, row) for (dataset, method), row in summary.iterrows()
-           if method == "specnet2" and not math.isnan(row[("d_G_own_basis", "mean")])]
+    own = [
+        (dataset, row)
+        for (dataset, method), row in summary.iterrows()
+        if method == "specnet2" and not math.isnan(row[("d_G_own_basis", "mean")])
+    ]
     if own:
         lines += [
-            "", "## SpecNet2 scored in its own basis", "",
+            "",
+            "## SpecNet2 scored in its own basis",
+            "",
             "SpecNet2 learns the generalised eigenvectors of (W, D), which are D^-1/2 U for the eigenvectors U of"
             " L_N that every method is scored against (the paper's claim that they share eigenvectors holds for the"
             " random walk, not for L_N). So the paper-faithful d_G keeps a floor even for an exact network. The"
-            " corrected score maps SpecNet2's output by D^1/2 of the test graph and re-orthonormalises it.", "",
-            "| data set | d_G, paper-faithful | d_G, own basis (corrected) |", "|---|---|---|",
+            " corrected score maps SpecNet2's output by D^1/2 of the test graph and re-orthonormalises it.",
+            "",
+            "| data set | d_G, paper-faithful | d_G, own basis (corrected) |",
+            "|---|---|---|",
         ]
         lines += [f"| {dataset} | {cell(row, 'd_G')} | {cell(row, 'd_G_own_basis')} |" for dataset, row in own]
     return "\n".join(lines) + "\n"
@@ -182,8 +217,10 @@ def sweep_summary(runs: pd.DataFrame, by: str) -> pd.DataFrame:
 
 def knn_robustness(summary: pd.DataFrame) -> pd.DataFrame:
     """Per method, the std across k of the mean of each measure (Fig. 5's claim)."""
-    return summary.groupby("method")[[f"{m}_mean" for m in SWEEP_MEASURES]].std().rename(
-        columns=lambda c: c.replace("_mean", "_std_across_k")
+    return (
+        summary.groupby("method")[[f"{m}_mean" for m in SWEEP_MEASURES]]
+        .std()
+        .rename(columns=lambda c: c.replace("_mean", "_std_across_k"))
     )
 
 
@@ -199,8 +236,12 @@ def ablation_markdown(summary: pd.DataFrame) -> str:
 def claims_markdown(rows: list[dict[str, str]]) -> str:
     """One line per quantitative claim: the paper's words, the criterion, the measured
     value and the verdict."""
-    lines = ["# Reproduced vs. paper: the other claims", "",
-             "| claim (paper) | criterion | measured | verdict |", "|---|---|---|---|"]
+    lines = [
+        "# Reproduced vs. paper: the other claims",
+        "",
+        "| claim (paper) | criterion | measured | verdict |",
+        "|---|---|---|---|",
+    ]
     for row in rows:
         verdict = "reproduced" if row["reproduced"] else "**not reproduced**"
         lines.append(f"| {row['claim']} | {row['criterion']} | {row['measured']} | {verdict} |")
@@ -208,62 +249,102 @@ def claims_markdown(rows: list[dict[str, str]]) -> str:
 
 
 def paper_claims(
-    toy: dict[str, dict[str, float]], illustration: dict[str, float], consistency: dict[str, float],
-    knn: pd.DataFrame, bunny: dict[str, float], feature_change: dict[str, dict[str, float]],
+    toy: dict[str, dict[str, float]],
+    illustration: dict[str, float],
+    consistency: dict[str, float],
+    knn: pd.DataFrame,
+    bunny: dict[str, float],
+    feature_change: dict[str, dict[str, float]],
     ablation: pd.DataFrame,
 ) -> list[dict[str, str]]:
     """Each claim of Secs. 3-5 beyond Table 1, checked against the measured numbers."""
     rows = []
     for name, result in toy.items():
-        rows.append({"claim": f"toy {name}: NMI and ACC of 1.0 on the test set (Sec. 5.1)",
-                     "criterion": "both ≥ 0.995 (1.00 to two decimals)",
-                     "measured": f"NMI {result['nmi']:.4f}, ACC {result['acc']:.4f}"
-                                 + (f" (analytic embedding of one batch: NMI {result['batch_analytic_nmi']:.3f})"
-                                    if "batch_analytic_nmi" in result else ""),
-                     "reproduced": min(result["nmi"], result["acc"]) >= 0.995})
-    rows.append({"claim": "Fig. 2: aligning through the anchors makes the two subset embeddings agree",
-                 "criterion": "error at shared points outside the fit (held out) cut ≥ 10x by the alignment"
-                              " (the 3 anchors fit an affine map in K = 2 exactly, so their own error is 0 by construction)",
-                 "measured": f"held out {illustration['held_out_error_before']:.3g} before,"
-                             f" {illustration['held_out_error_after']:.2g} after;"
-                             f" anchors {illustration['anchor_error_after']:.2g} after",
-                 "reproduced": illustration["held_out_error_after"] <= 0.1 * illustration["held_out_error_before"]})
-    rows.append({"claim": "Fig. 3: after alignment the anchors' eigenvector values are consistent across batches",
-                 "criterion": "spread across batches of nodes in every batch but outside the fit (held out) reduced ≥ 10x",
-                 "measured": f"held out {consistency['held_out_reduction']:.0f}x ({consistency['held_out_spread_before']:.3g}"
-                             f" → {consistency['held_out_spread_after']:.3g}); anchors {consistency['reduction']:.0f}x",
-                 "reproduced": consistency["held_out_reduction"] >= 10})
+        rows.append(
+            {
+                "claim": f"toy {name}: NMI and ACC of 1.0 on the test set (Sec. 5.1)",
+                "criterion": "both ≥ 0.995 (1.00 to two decimals)",
+                "measured": f"NMI {result['nmi']:.4f}, ACC {result['acc']:.4f}"
+                + (
+                    f" (analytic embedding of one batch: NMI {result['batch_analytic_nmi']:.3f})"
+                    if "batch_analytic_nmi" in result
+                    else ""
+                ),
+                "reproduced": min(result["nmi"], result["acc"]) >= 0.995,
+            }
+        )
+    rows.append(
+        {
+            "claim": "Fig. 2: aligning through the anchors makes the two subset embeddings agree",
+            "criterion": "error at shared points outside the fit (held out) cut ≥ 10x by the alignment"
+            " (the 3 anchors fit an affine map in K = 2 exactly, so their own error is 0 by construction)",
+            "measured": f"held out {illustration['held_out_error_before']:.3g} before,"
+            f" {illustration['held_out_error_after']:.2g} after;"
+            f" anchors {illustration['anchor_error_after']:.2g} after",
+            "reproduced": illustration["held_out_error_after"] <= 0.1 * illustration["held_out_error_before"],
+        }
+    )
+    rows.append(
+        {
+            "claim": "Fig. 3: after alignment the anchors' eigenvector values are consistent across batches",
+            "criterion": "spread across batches of nodes in every batch but outside the fit (held out) reduced ≥ 10x",
+            "measured": f"held out {consistency['held_out_reduction']:.0f}x"
+            f" ({consistency['held_out_spread_before']:.3g}"
+            f" → {consistency['held_out_spread_after']:.3g}); anchors {consistency['reduction']:.0f}x",
+            "reproduced": consistency["held_out_reduction"] >= 10,
+        }
+    )
     robustness = knn_robustness(knn)
     for measure in ("nmi", "acc", "d_G"):
         column = robustness[f"{measure}_std_across_k"]
         others = ", ".join(f"{m} {v:.4f}" for m, v in column.items() if m != "basis")
-        rows.append({"claim": f"Fig. 5: BASiS is the most robust to k ({measure})",
-                     "criterion": f"BASiS has the smallest std across k of the mean {measure}",
-                     "measured": f"basis {column.get('basis', float('nan')):.4f}; {others}",
-                     "reproduced": "basis" in column and column.idxmin() == "basis"})
+        rows.append(
+            {
+                "claim": f"Fig. 5: BASiS is the most robust to k ({measure})",
+                "criterion": f"BASiS has the smallest std across k of the mean {measure}",
+                "measured": f"basis {column.get('basis', float('nan')):.4f}; {others}",
+                "reproduced": "basis" in column and column.idxmin() == "basis",
+            }
+        )
     if np.isfinite(bunny["circular_correlation_network"]):
-        rows.append({"claim": "Fig. 4: the network approximates the bunny's Diffusion-Maps circle",
-                     "criterion": "circular correlation of the network's angle with the rotation ≥ 0.95",
-                     "measured": f"{bunny['circular_correlation_network']:.3f} (analytic DM of the test frames"
-                                 f" {bunny['circular_correlation_analytic_test']:.3f}); d_G {bunny['d_G']:.3f}",
-                     "reproduced": bunny["circular_correlation_network"] >= 0.95})
+        rows.append(
+            {
+                "claim": "Fig. 4: the network approximates the bunny's Diffusion-Maps circle",
+                "criterion": "circular correlation of the network's angle with the rotation ≥ 0.95",
+                "measured": f"{bunny['circular_correlation_network']:.3f} (analytic DM of the test frames"
+                f" {bunny['circular_correlation_analytic_test']:.3f}); d_G {bunny['d_G']:.3f}",
+                "reproduced": bunny["circular_correlation_network"] >= 0.95,
+            }
+        )
     for name, result in feature_change.items():
-        rows.append({"claim": f"Fig. 6 ({name}): under feature change the network's clustering follows the analytic one",
-                     "criterion": "mean |NMI| and |ACC| gap (validation) over the last quarter ≤ 0.05",
-                     "measured": f"NMI gap {result['nmi_gap_last']:.3f}, ACC gap {result['acc_gap_last']:.3f};"
-                                 f" final NMI {result['final_nmi_val']:.3f} vs analytic {result['final_nmi_analytic']:.3f}",
-                     "reproduced": max(result["nmi_gap_last"], result["acc_gap_last"]) <= 0.05})
+        rows.append(
+            {
+                "claim": f"Fig. 6 ({name}): under feature change the network's clustering follows the analytic one",
+                "criterion": "mean |NMI| and |ACC| gap (validation) over the last quarter ≤ 0.05",
+                "measured": f"NMI gap {result['nmi_gap_last']:.3f}, ACC gap {result['acc_gap_last']:.3f};"
+                f" final NMI {result['final_nmi_val']:.3f} vs analytic {result['final_nmi_analytic']:.3f}",
+                "reproduced": max(result["nmi_gap_last"], result["acc_gap_last"]) <= 0.05,
+            }
+        )
     for dataset, block in ablation.groupby("dataset"):
         d_G = block.set_index("alignment")["d_G_mean"]
         if {"ransac", "none"} <= set(d_G.index):
-            rows.append({"claim": f"Sec. 3 (ablation, {dataset}): batches must be aligned to learn the eigenspace",
-                         "criterion": "d_G with RANSAC alignment below d_G without alignment",
-                         "measured": ", ".join(f"{a} {v:.3f}" for a, v in d_G.items()),
-                         "reproduced": d_G["ransac"] < d_G["none"]})
+            rows.append(
+                {
+                    "claim": f"Sec. 3 (ablation, {dataset}): batches must be aligned to learn the eigenspace",
+                    "criterion": "d_G with RANSAC alignment below d_G without alignment",
+                    "measured": ", ".join(f"{a} {v:.3f}" for a, v in d_G.items()),
+                    "reproduced": d_G["ransac"] < d_G["none"],
+                }
+            )
         if {"ransac-outliers", "lstsq-outliers"} <= set(d_G.index):
-            rows.append({"claim": f"Sec. 4.1 (ablation, {dataset}): RANSAC makes the alignment robust to anchor outliers",
-                         "criterion": "with gross anchor outliers, d_G with RANSAC below d_G with plain least squares"
-                                      " (beyond the paper: its runs had none)",
-                         "measured": ", ".join(f"{a} {v:.3f}" for a, v in d_G.items() if a.endswith("-outliers")),
-                         "reproduced": d_G["ransac-outliers"] < d_G["lstsq-outliers"]})
+            rows.append(
+                {
+                    "claim": f"Sec. 4.1 (ablation, {dataset}): RANSAC makes the alignment robust to anchor outliers",
+                    "criterion": "with gross anchor outliers, d_G with RANSAC below d_G with plain least squares"
+                    " (beyond the paper: its runs had none)",
+                    "measured": ", ".join(f"{a} {v:.3f}" for a, v in d_G.items() if a.endswith("-outliers")),
+                    "reproduced": d_G["ransac-outliers"] < d_G["lstsq-outliers"],
+                }
+            )
     return rows

@@ -5,6 +5,7 @@ Symmetric solvers only: a batch is solved densely (LAPACK's subset driver on the
 sparse graph. Every eigenvector gets a deterministic sign, and a disconnected graph
 is detected instead of silently handing back an arbitrary basis.
 """
+
 from __future__ import annotations
 
 import logging
@@ -141,9 +142,7 @@ def spectral_embedding(
     if W.device.type == "cpu":
         # LAPACK's subset driver computes only the n_eig wanted pairs: ~10x faster than a
         # full decomposition at m = 512.
-        vals, vecs = scipy.linalg.eigh(
-            matrix.numpy(), subset_by_index=[0, n_eig - 1], driver="evx", check_finite=False
-        )
+        vals, vecs = scipy.linalg.eigh(matrix.numpy(), subset_by_index=[0, n_eig - 1], driver="evx", check_finite=False)
         vals, vecs = torch.from_numpy(vals), torch.from_numpy(vecs)
     else:
         vals, vecs = torch.linalg.eigh(matrix)

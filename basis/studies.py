@@ -6,6 +6,7 @@ MLflow, and the arrays its figure is drawn from. ``python -m basis study NAME``
 runs one and writes ``metrics.json`` and ``arrays.npz``. Table 1, the kNN sweep
 (Fig. 5) and the alignment ablation are ``python -m basis run`` jobs instead.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -32,9 +33,19 @@ TOY_GRAPH = {"n_neighbors": 15, "scale": "global", "scale_neighbor": 7}
 
 
 def toy_example(
-    dataset: str = "three_moons", *, n_samples: int = 9000, batch_size: int = 256, n_iter: int = 1000,
-    lr: float = 1e-4, n_neighbors: int = 15, grid_size: int = 200, grid_margin: float = 0.5, seed: int = 0,
-    data_seed: int = 0, device: str = "auto", callback: Callable | None = None,
+    dataset: str = "three_moons",
+    *,
+    n_samples: int = 9000,
+    batch_size: int = 256,
+    n_iter: int = 1000,
+    lr: float = 1e-4,
+    n_neighbors: int = 15,
+    grid_size: int = 200,
+    grid_margin: float = 0.5,
+    seed: int = 0,
+    data_seed: int = 0,
+    device: str = "auto",
+    callback: Callable | None = None,
 ) -> Study:
     """Fig. 1: BASiS on a toy set [9,000 nodes, batches of 256, 1,000 iterations, the
     first non-trivial eigenvectors], scored on the test points, and the network's
@@ -52,9 +63,19 @@ def toy_example(
     anchors = three_moons_anchors(data.X_train, data.y_train)
     graph = {**TOY_GRAPH, "n_neighbors": n_neighbors}
     model = BASiS(
-        max(1, n_classes - 1), graph=graph, operator="unnormalized", drop_trivial=True,
-        batch_size=batch_size + len(anchors), n_iter=n_iter, lr=lr, anchor_indices=anchors.tolist(),
-        ransac_sample_size=5, ransac_tolerance=0.01, ransac_tolerance_mode="absolute", seed=seed, device=device,
+        max(1, n_classes - 1),
+        graph=graph,
+        operator="unnormalized",
+        drop_trivial=True,
+        batch_size=batch_size + len(anchors),
+        n_iter=n_iter,
+        lr=lr,
+        anchor_indices=anchors.tolist(),
+        ransac_sample_size=5,
+        ransac_tolerance=0.01,
+        ransac_tolerance_mode="absolute",
+        seed=seed,
+        device=device,
         callback=callback,
     ).fit(data.X_train, data.y_train)
     test = model.transform(data.X_test)
@@ -68,11 +89,22 @@ def toy_example(
     pad = grid_margin * (high - low)
     gx, gy = np.meshgrid(*(np.linspace(lo, hi, grid_size) for lo, hi in zip(low - pad, high + pad)))
     grid = model.transform(np.stack([gx.ravel(), gy.ravel()], axis=1)).reshape(grid_size, grid_size, -1)
-    result.update(n_fallbacks=model.n_fallbacks_, final_loss=float(np.mean(model.loss_curve_[-20:])),
-                  batch_analytic_nmi=batch_embedding_nmi(data.X_train, data.y_train, graph, model.batch_size,
-                                                         model.n_components, seed=seed))
-    arrays = {"X_test": data.X_test, "y_test": data.y_test, "predicted": predicted, "grid_x": gx, "grid_y": gy,
-              "grid_embedding": grid, "anchors": data.X_train[anchors]}
+    result.update(
+        n_fallbacks=model.n_fallbacks_,
+        final_loss=float(np.mean(model.loss_curve_[-20:])),
+        batch_analytic_nmi=batch_embedding_nmi(
+            data.X_train, data.y_train, graph, model.batch_size, model.n_components, seed=seed
+        ),
+    )
+    arrays = {
+        "X_test": data.X_test,
+        "y_test": data.y_test,
+        "predicted": predicted,
+        "grid_x": gx,
+        "grid_y": gy,
+        "grid_embedding": grid,
+        "anchors": data.X_train[anchors],
+    }
     return result, arrays
 
 
@@ -86,13 +118,17 @@ def batch_embedding_nmi(
     for _ in range(n_batches):
         batch = rng.choice(len(X), batch_size, replace=False)
         W = dense_affinity(torch.as_tensor(X[batch], dtype=torch.float64), config)
-        phi, _ = spectral_embedding(W, n_components, operator="unnormalized", drop_trivial=True, on_disconnected="ignore")
+        phi, _ = spectral_embedding(
+            W, n_components, operator="unnormalized", drop_trivial=True, on_disconnected="ignore"
+        )
         labels = metrics.kmeans_labels(phi.numpy(), len(np.unique(y)), seed=seed)
         scores.append(metrics.nmi(y[batch], labels))
     return float(np.mean(scores))
 
 
-def illustration(*, n_per_cluster: int = 150, n_neighbors: int = 10, shared_per_cluster: int = 5, seed: int = 0) -> Study:
+def illustration(
+    *, n_per_cluster: int = 150, n_neighbors: int = 10, shared_per_cluster: int = 5, seed: int = 0
+) -> Study:
     """Fig. 2: three separated clusters sampled twice, unevenly, with one shared anchor
     per cluster. Each subset's embedding (first two non-trivial eigenvectors of
     L = D - W) puts every cluster on one point, but at different places in the two
@@ -104,20 +140,28 @@ def illustration(*, n_per_cluster: int = 150, n_neighbors: int = 10, shared_per_
     shares = ((0.6, 0.3, 0.15), (0.15, 0.35, 0.6))  # uneven sampling of the clusters
     smallest = int(min(min(s) for s in shares) * n_per_cluster) + 1 + shared_per_cluster
     if smallest <= n_neighbors:
-        raise ValueError(f"n_per_cluster={n_per_cluster} leaves {smallest} points of a cluster in a subset, not more"
-                         f" than n_neighbors={n_neighbors}: the clusters would be joined; raise n_per_cluster")
+        raise ValueError(
+            f"n_per_cluster={n_per_cluster} leaves {smallest} points of a cluster in a subset, not more"
+            f" than n_neighbors={n_neighbors}: the clusters would be joined; raise n_per_cluster"
+        )
     rng = np.random.default_rng(seed)
     centres = np.array([[0.0, 0.0], [4.0, 0.0], [2.0, 3.5]])
     X = np.concatenate([c + 0.5 * rng.standard_normal((n_per_cluster, 2)) for c in centres])
     y = np.repeat(np.arange(3), n_per_cluster)
     anchors = np.array([rng.choice(np.flatnonzero(y == c)) for c in range(3)])
-    shared = np.concatenate([rng.choice(np.setdiff1d(np.flatnonzero(y == c), anchors), shared_per_cluster, replace=False)
-                             for c in range(3)])
+    shared = np.concatenate(
+        [rng.choice(np.setdiff1d(np.flatnonzero(y == c), anchors), shared_per_cluster, replace=False) for c in range(3)]
+    )
     subsets = []
     for subset_shares in shares:
-        chosen = [rng.choice(np.setdiff1d(np.flatnonzero(y == c), np.concatenate([anchors, shared])),
-                             int(share * n_per_cluster), replace=False)
-                  for c, share in enumerate(subset_shares)]
+        chosen = [
+            rng.choice(
+                np.setdiff1d(np.flatnonzero(y == c), np.concatenate([anchors, shared])),
+                int(share * n_per_cluster),
+                replace=False,
+            )
+            for c, share in enumerate(subset_shares)
+        ]
         subsets.append(np.concatenate([anchors, shared, *chosen]))
     config = GraphConfig(n_neighbors=n_neighbors, scale="global")
     embeddings = []
@@ -132,15 +176,33 @@ def illustration(*, n_per_cluster: int = 150, n_neighbors: int = 10, shared_per_
     def error(first: torch.Tensor, rows: slice) -> float:
         return float(torch.linalg.norm(first[rows] - embeddings[1][rows], dim=1).max())
 
-    result = {"anchor_error_before": error(embeddings[0], slice(0, 3)), "anchor_error_after": error(aligned, slice(0, 3)),
-              "held_out_error_before": error(embeddings[0], held_out), "held_out_error_after": error(aligned, held_out)}
-    arrays = {"X": X, "y": y, "anchors": anchors, "shared": shared, "subset1": subsets[0], "subset2": subsets[1],
-              "embedding1": embeddings[0].numpy(), "embedding2": embeddings[1].numpy(), "aligned1": aligned.numpy()}
+    result = {
+        "anchor_error_before": error(embeddings[0], slice(0, 3)),
+        "anchor_error_after": error(aligned, slice(0, 3)),
+        "held_out_error_before": error(embeddings[0], held_out),
+        "held_out_error_after": error(aligned, held_out),
+    }
+    arrays = {
+        "X": X,
+        "y": y,
+        "anchors": anchors,
+        "shared": shared,
+        "subset1": subsets[0],
+        "subset2": subsets[1],
+        "embedding1": embeddings[0].numpy(),
+        "embedding2": embeddings[1].numpy(),
+        "aligned1": aligned.numpy(),
+    }
     return result, arrays
 
 
 def anchor_consistency(
-    *, n_samples: int = 9000, n_batches: int = 20, batch_size: int = 256, n_neighbors: int = 15, seed: int = 0,
+    *,
+    n_samples: int = 9000,
+    n_batches: int = 20,
+    batch_size: int = 256,
+    n_neighbors: int = 15,
+    seed: int = 0,
     data_seed: int = 0,
 ) -> Study:
     """Fig. 3: the two leading non-trivial eigenvectors at the nine three-moons anchors
@@ -148,17 +210,34 @@ def anchor_consistency(
     and after alignment to the first batch (RANSAC, 5 anchors, absolute tolerance 0.01)."""
     X, y = three_moons(n_per_moon=n_samples // 3, seed=data_seed)
     anchors = three_moons_anchors(X, y)
-    spread = anchor_spread(X, anchors, n_batches=n_batches, batch_size=batch_size,
-                           graph={**TOY_GRAPH, "n_neighbors": n_neighbors}, seed=seed)
+    spread = anchor_spread(
+        X,
+        anchors,
+        n_batches=n_batches,
+        batch_size=batch_size,
+        graph={**TOY_GRAPH, "n_neighbors": n_neighbors},
+        seed=seed,
+    )
     result = {k: v for k, v in spread.items() if k not in ("before", "after")}
     arrays = {"X": X, "y": y, "anchors": anchors, "before": spread["before"], "after": spread["after"]}
     return result, arrays
 
 
 def bunny_diffusion_maps(
-    *, n_frames: int = 2000, n_test: int = 500, resolution: int = 64, frames_dir: str | None = None,
-    n_neighbors: int = 20, batch_size: int = 512, n_anchors: int = 100, n_iter: int = 1000, lr: float = 1e-4,
-    seed: int = 0, data_seed: int = 0, device: str = "auto", callback: Callable | None = None,
+    *,
+    n_frames: int = 2000,
+    n_test: int = 500,
+    resolution: int = 64,
+    frames_dir: str | None = None,
+    n_neighbors: int = 20,
+    batch_size: int = 512,
+    n_anchors: int = 100,
+    n_iter: int = 1000,
+    lr: float = 1e-4,
+    seed: int = 0,
+    data_seed: int = 0,
+    device: str = "auto",
+    callback: Callable | None = None,
 ) -> Study:
     """Fig. 4: Diffusion Maps to R^2 of turntable frames [2,000 snapshots, 20 nearest
     neighbours, random-walk matrix P, train on 1,500, test on 500, raw pixels].
@@ -171,13 +250,27 @@ def bunny_diffusion_maps(
     """
     data = load_bunny(n_frames=n_frames, n_test=n_test, resolution=resolution, frames_dir=frames_dir, seed=data_seed)
     X_train, X_test = data.flat()
-    settings = {"graph": {"n_neighbors": n_neighbors, "scale": "local", "scale_neighbor": 7}, "operator": "diffusion",
-                "drop_trivial": True}
+    settings = {
+        "graph": {"n_neighbors": n_neighbors, "scale": "local", "scale_neighbor": 7},
+        "operator": "diffusion",
+        "drop_trivial": True,
+    }
     all_frames = analytic_embedding(np.concatenate([X_train, X_test]), settings, 2)
     test_reference = analytic_embedding(X_test, settings, 2)
-    model = BASiS(2, graph=settings["graph"], operator="diffusion", drop_trivial=True, batch_size=min(batch_size, len(X_train)),
-                  n_iter=n_iter, lr=lr, anchors="random", n_anchors=n_anchors, seed=seed, device=device,
-                  callback=callback).fit(X_train)
+    model = BASiS(
+        2,
+        graph=settings["graph"],
+        operator="diffusion",
+        drop_trivial=True,
+        batch_size=min(batch_size, len(X_train)),
+        n_iter=n_iter,
+        lr=lr,
+        anchors="random",
+        n_anchors=n_anchors,
+        seed=seed,
+        device=device,
+        callback=callback,
+    ).fit(X_train)
     network = model.transform(X_test)
     angles = np.concatenate([data.y_train, data.y_test])
 
@@ -194,14 +287,28 @@ def bunny_diffusion_maps(
         "n_fallbacks": model.n_fallbacks_,
     }
     examples = data.X_test[np.argsort(data.y_test)[:: max(1, len(data.y_test) // 6)][:6], 0]
-    arrays = {"all_frames": all_frames, "angles_all": angles, "test_reference": test_reference, "network": network,
-              "angles_test": data.y_test, "examples": examples}
+    arrays = {
+        "all_frames": all_frames,
+        "angles_all": angles,
+        "test_reference": test_reference,
+        "network": network,
+        "angles_test": data.y_test,
+        "examples": examples,
+    }
     return result, arrays
 
 
 def feature_change(
-    dataset: str = "mnist", *, classes: list[int] | None = None, n_components: int | None = None, data_root: str = "resources/data",
-    data_seed: int = 0, seed: int = 0, device: str = "auto", callback: Callable | None = None, **settings: Any,
+    dataset: str = "mnist",
+    *,
+    classes: list[int] | None = None,
+    n_components: int | None = None,
+    data_root: str = "resources/data",
+    data_seed: int = 0,
+    seed: int = 0,
+    device: str = "auto",
+    callback: Callable | None = None,
+    **settings: Any,
 ) -> Study:
     """Figs. 6-8: Algorithm 2 on an image set's raw images, optionally restricted to
     ``classes`` (the paper's 2-D run: digits 4, 7 and 9). ``n_components`` defaults to
@@ -216,7 +323,12 @@ def feature_change(
         if missing:
             raise ValueError(f"classes {missing} are not in {dataset!r}")
         keep_train, keep_test = np.isin(y_train, classes), np.isin(y_test, classes)
-        X_train, y_train, X_test, y_test = X_train[keep_train], y_train[keep_train], X_test[keep_test], y_test[keep_test]
+        X_train, y_train, X_test, y_test = (
+            X_train[keep_train],
+            y_train[keep_train],
+            X_test[keep_test],
+            y_test[keep_test],
+        )
     n_components = n_components or len(np.unique(y_train)) - 1
     trainer = FeatureChangeTrainer(n_components, seed=seed, device=device, callback=callback, **settings)
     outcome = trainer.fit(X_train, y_train, X_test, y_test)
@@ -243,7 +355,9 @@ def study_options(name: str, include_common: bool = False) -> list[str]:
     parameters = inspect.signature(STUDIES[name]).parameters
     names = [p.name for p in parameters.values() if p.kind is not p.VAR_KEYWORD]
     if any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
-        names += [p for p in inspect.signature(FeatureChangeTrainer).parameters if p not in ("seed", "device", "callback")]
+        names += [
+            p for p in inspect.signature(FeatureChangeTrainer).parameters if p not in ("seed", "device", "callback")
+        ]
     return names if include_common else [n for n in names if n not in COMMON_OPTIONS]
 
 

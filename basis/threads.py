@@ -8,13 +8,19 @@ later (scikit-learn's OpenMP reads ``OMP_NUM_THREADS`` when it loads). The train
 splits the same budget between its two pipeline stages (see
 :meth:`basis.methods.SpectralEstimator.fit`).
 """
+
 from __future__ import annotations
 
 import os
 
 #: Environment variables read by OpenMP and the BLAS libraries when they load.
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
-                    "NUMEXPR_NUM_THREADS")
+THREAD_VARIABLES = (
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+)
 
 
 def available_cores() -> int:

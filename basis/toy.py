@@ -1,4 +1,5 @@
 """Generated toy data sets of the paper's Figs. 1-3, seeded."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -40,7 +41,9 @@ def circles(n: int = 9000, noise: float = 0.04, factor: float = 0.5, seed: int =
     return X.astype(np.float32), y
 
 
-def blobs(n: int = 9000, centers: int = 4, std: float = 0.5, radius: float = 4.0, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def blobs(
+    n: int = 9000, centers: int = 4, std: float = 0.5, radius: float = 4.0, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
     """Gaussian blobs with centres evenly spaced on a circle of ``radius`` (turned by a
     seeded angle), so that the clusters are separated as in the usual toy example."""
     turn = np.random.default_rng(seed).uniform(0, 2 * np.pi)

@@ -6,6 +6,7 @@ artifacts under ``results/mlflow/artifacts``. No server is needed. Setting
 should do. The client API is used throughout (not the fluent one), so nothing depends
 on a process-global active run.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -142,12 +143,18 @@ class TrackedRun:
         import mlflow
 
         with mlflow.start_run(run_id=self.run_id):
-            mlflow.pytorch.log_model(copy.deepcopy(module).cpu().eval(), name="model", input_example=input_example,
-                                     pip_requirements=["torch==2.14.1", "basis-repro"])
+            mlflow.pytorch.log_model(
+                copy.deepcopy(module).cpu().eval(),
+                name="model",
+                input_example=input_example,
+                pip_requirements=["torch==2.14.1", "basis-repro"],
+            )
 
 
 @contextmanager
-def tracked_run(experiment: str, run_name: str, tags: dict[str, str], store: str | Path = DEFAULT_STORE) -> Iterator[TrackedRun]:
+def tracked_run(
+    experiment: str, run_name: str, tags: dict[str, str], store: str | Path = DEFAULT_STORE
+) -> Iterator[TrackedRun]:
     """Start a run; it ends FINISHED, or FAILED if the body raises, and a finished run
     marks older finished runs with the same key tags as ``superseded``."""
     import mlflow
@@ -175,8 +182,11 @@ def supersede_older(mlflow_client, experiment_id: str, tags: dict[str, str], new
     if not key:
         return []
     query = " and ".join(f"tags.{k} = '{v}'" for k, v in key.items()) + " and attributes.status = 'FINISHED'"
-    older = [r for r in mlflow_client.search_runs([experiment_id], filter_string=query, max_results=1000)
-             if r.info.run_id != newest_run_id]
+    older = [
+        r
+        for r in mlflow_client.search_runs([experiment_id], filter_string=query, max_results=1000)
+        if r.info.run_id != newest_run_id
+    ]
     for run in older:
         mlflow_client.set_tag(run.info.run_id, "superseded", "true")
         mlflow_client.set_tag(run.info.run_id, "superseded_by", newest_run_id)

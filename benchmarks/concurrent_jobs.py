@@ -8,6 +8,7 @@ the thread count to the libraries (every job uses every core), the oversubscribe
     python benchmarks/concurrent_jobs.py --jobs 2 --threads 1
     python benchmarks/concurrent_jobs.py --jobs 4 --threads 4      # on a 16-core host
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,12 +51,21 @@ def main() -> None:
     alone, alone_wall = run_jobs(1, args.threads, args.m)
     together, together_wall = run_jobs(args.jobs, args.threads, args.m)
     ratio = statistics.median(together) / alone[0]
-    print(json.dumps({
-        "cores": cores, "jobs": args.jobs, "threads_per_job": args.threads or "unlimited",
-        "ms_per_iteration_alone": round(alone[0], 1), "ms_per_iteration_together": [round(t, 1) for t in together],
-        "slowdown": round(ratio, 2), "wall_s_alone": round(alone_wall, 1), "wall_s_together": round(together_wall, 1),
-        "within_1.3x": ratio <= 1.3,
-    }))
+    print(
+        json.dumps(
+            {
+                "cores": cores,
+                "jobs": args.jobs,
+                "threads_per_job": args.threads or "unlimited",
+                "ms_per_iteration_alone": round(alone[0], 1),
+                "ms_per_iteration_together": [round(t, 1) for t in together],
+                "slowdown": round(ratio, 2),
+                "wall_s_alone": round(alone_wall, 1),
+                "wall_s_together": round(together_wall, 1),
+                "within_1.3x": ratio <= 1.3,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

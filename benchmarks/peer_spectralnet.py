@@ -7,6 +7,7 @@ the analytic embedding and fit time for each. Needs `pip install spectralnet==1.
 
     python benchmarks/peer_spectralnet.py
 """
+
 from __future__ import annotations
 
 import json
@@ -38,8 +39,12 @@ def grassmann_to_analytic(X: np.ndarray, Y: np.ndarray, n_clusters: int) -> dict
 
 def score(X, y, Y, n_clusters, seconds):
     labels = metrics.kmeans_labels(Y, n_clusters)
-    return {"nmi": metrics.nmi(y, labels), "acc": metrics.clustering_accuracy(y, labels),
-            "d_G": grassmann_to_analytic(X, Y, n_clusters), "fit_seconds": seconds}
+    return {
+        "nmi": metrics.nmi(y, labels),
+        "acc": metrics.clustering_accuracy(y, labels),
+        "d_G": grassmann_to_analytic(X, Y, n_clusters),
+        "fit_seconds": seconds,
+    }
 
 
 def run_peer(X, y, n_clusters, seed):
@@ -47,8 +52,14 @@ def run_peer(X, y, n_clusters, seed):
 
     torch.manual_seed(seed)
     model = SpectralNet(
-        n_clusters=n_clusters, spectral_batch_size=712, spectral_epochs=40, spectral_is_local_scale=False,
-        spectral_n_nbg=8, spectral_scale_k=2, spectral_lr=1e-2, spectral_hiddens=[128, 128, n_clusters],
+        n_clusters=n_clusters,
+        spectral_batch_size=712,
+        spectral_epochs=40,
+        spectral_is_local_scale=False,
+        spectral_n_nbg=8,
+        spectral_scale_k=2,
+        spectral_lr=1e-2,
+        spectral_hiddens=[128, 128, n_clusters],
     )
     start = time.perf_counter()
     model.fit(torch.from_numpy(X))
@@ -58,8 +69,17 @@ def run_peer(X, y, n_clusters, seed):
 
 
 def run_ours(X, y, n_clusters, seed):
-    model = SpecNet1(n_clusters, graph=PEER_GRAPH, operator="unnormalized", hidden=(128, 128), lr=1e-2,
-                     batch_size=712, n_iter=160, device="cpu", seed=seed)
+    model = SpecNet1(
+        n_clusters,
+        graph=PEER_GRAPH,
+        operator="unnormalized",
+        hidden=(128, 128),
+        lr=1e-2,
+        batch_size=712,
+        n_iter=160,
+        device="cpu",
+        seed=seed,
+    )
     start = time.perf_counter()
     model.fit(X)
     seconds = time.perf_counter() - start

@@ -2,6 +2,10 @@ import numpy as np
 import pytest
 import torch
 
+# Subprocesses get a hang guard, not a speed limit: speed is measured by the benchmarks,
+# and a busy machine may take many times longer than an idle one.
+HANG_GUARD_S = 3600
+
 
 @pytest.fixture(autouse=True)
 def _quiet_threads():

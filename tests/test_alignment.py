@@ -3,7 +3,12 @@ import pytest
 import torch
 
 from basis.alignment import (
-    affine_least_squares, align_affine, apply_affine, global_transform, least_squares, ransac_affine,
+    affine_least_squares,
+    align_affine,
+    apply_affine,
+    global_transform,
+    least_squares,
+    ransac_affine,
 )
 
 
@@ -33,8 +38,9 @@ def test_ransac_recovers_map_with_30_percent_corrupted_anchors(rng):
     assert (plain - T).abs().max() > 1e-2  # the corruption does hurt plain least squares
     # Minimal samples (K+1): a clean one comes up with p = 0.7^11 = 2%, so 500 draws
     # all but guarantee one. (The authors' 20 per sample would need ~6,000 draws here.)
-    result = ransac_affine(source, target, n_iter=500, sample_size=dim + 1, tolerance=0.1,
-                           generator=torch.Generator().manual_seed(0))
+    result = ransac_affine(
+        source, target, n_iter=500, sample_size=dim + 1, tolerance=0.1, generator=torch.Generator().manual_seed(0)
+    )
     assert (result.transform - T).abs().max() < 1e-4
     assert not result.fallback
     expected_inliers = torch.ones(n, dtype=torch.bool)
@@ -94,6 +100,7 @@ def test_least_squares_matches_the_cpu_lstsq_on_well_conditioned_designs(rng):
 def test_alignment_never_uses_lstsq_whose_semantics_depend_on_the_device(rng, monkeypatch):
     """The exact code path of a GPU: CUDA's lstsq (gels) raises on a rank-deficient design
     instead of returning a minimum-norm solution; here every lstsq call raises the same way."""
+
     def cuda_like_lstsq(*args, **kwargs):
         raise torch.linalg.LinAlgError("lstsq: the input matrix does not have full rank (CUDA gels)")
 
@@ -136,6 +143,8 @@ def test_relative_tolerance_does_not_depend_on_the_embedding_scale(rng):
     assert torch.equal(inliers[0], inliers[1])
     assert not inliers[0][:12].any() and inliers[0][12:].all()
     # the same absolute tolerance means something else at another scale: at 1e-3 every anchor passes
-    assert ransac_affine(1e-3 * source, 1e-3 * target, tolerance=0.1, tolerance_mode="absolute", **options).inliers.all()
+    assert ransac_affine(
+        1e-3 * source, 1e-3 * target, tolerance=0.1, tolerance_mode="absolute", **options
+    ).inliers.all()
     with pytest.raises(ValueError, match="tolerance_mode must be one of"):
         ransac_affine(source, target, tolerance_mode="percent")

@@ -1,15 +1,25 @@
 """Baselines: each loss against a direct NumPy evaluation of its formula, and their layers."""
+
 import numpy as np
 import pytest
 import scipy.linalg
 import torch
+from conftest import random_connected_graph
 
 from basis import metrics
 from basis.methods import (
-    DiffusionNet, SpecNet1, SpecNet2, SpectralEstimator, StepTimer, basis_loss, deflate_trivial, make_estimator, specnet2_loss,
-    specnet2_rotation, spectralnet_loss,
+    DiffusionNet,
+    SpecNet1,
+    SpecNet2,
+    SpectralEstimator,
+    StepTimer,
+    basis_loss,
+    deflate_trivial,
+    make_estimator,
+    specnet2_loss,
+    specnet2_rotation,
+    spectralnet_loss,
 )
-from conftest import random_connected_graph
 
 
 @pytest.fixture
@@ -51,14 +61,26 @@ def test_deflation_removes_the_trivial_pair(case):
 
 def test_diffusion_net_loss_matches_formula(rng):
     X = rng.normal(size=(120, 3)).astype(np.float32)
-    model = DiffusionNet(2, graph={"n_neighbors": 10, "scale_neighbor": 5}, batch_size=60, n_iter=1, mu=0.01, eta=0.5,
-                         device="cpu", hidden=(8, 8))
+    model = DiffusionNet(
+        2,
+        graph={"n_neighbors": 10, "scale_neighbor": 5},
+        batch_size=60,
+        n_iter=1,
+        mu=0.01,
+        eta=0.5,
+        device="cpu",
+        hidden=(8, 8),
+    )
     model.fit(X)
     Xs = torch.from_numpy(X)[model.sample_indices_]
     loss, _ = model._batch_loss(torch.from_numpy(X), None, StepTimer(torch.device("cpu")))
     with torch.no_grad():
         Z = model.model_(Xs).double().numpy()
-    target, gamma, P = model.target_.double().numpy(), model.eigenvalues_.double().numpy(), model.operator_matrix_.double().numpy()
+    target, gamma, P = (
+        model.target_.double().numpy(),
+        model.eigenvalues_.double().numpy(),
+        model.operator_matrix_.double().numpy(),
+    )
     n = len(Z)
     weights = [w.detach().double().numpy() for w in model.model_.weight_matrices()[:-1]]
     direct = (
@@ -100,8 +122,15 @@ def test_specnet2_postprocessing_recovers_the_eigenvectors(rng):
 @pytest.mark.parametrize("gradient", ["local", "neighbor"])
 def test_specnet2_trains_and_transform_is_deterministic(rng, gradient):
     X = rng.normal(size=(300, 4)).astype(np.float32)
-    model = SpecNet2(3, gradient=gradient, graph={"n_neighbors": 10, "scale_neighbor": 5}, batch_size=64, n_iter=5,
-                     drop_trivial=True, device="cpu").fit(X)
+    model = SpecNet2(
+        3,
+        gradient=gradient,
+        graph={"n_neighbors": 10, "scale_neighbor": 5},
+        batch_size=64,
+        n_iter=5,
+        drop_trivial=True,
+        device="cpu",
+    ).fit(X)
     model.postprocess(X[:200])
     np.testing.assert_array_equal(model.transform(X), model.transform(X))
     assert np.isfinite(model.loss_curve_).all()
@@ -117,7 +146,10 @@ def test_make_estimator_names_valid_choices():
 @pytest.mark.parametrize("method", ["diffusion_net", "specnet1", "specnet2"])
 def test_baselines_save_and_load(tmp_path, rng, method):
     X = rng.normal(size=(200, 4)).astype(np.float32)
-    model = make_estimator(method, n_components=2, graph={"n_neighbors": 10, "scale_neighbor": 5}, batch_size=64,
-                           n_iter=3, device="cpu").fit(X)
+    model = make_estimator(
+        method, n_components=2, graph={"n_neighbors": 10, "scale_neighbor": 5}, batch_size=64, n_iter=3, device="cpu"
+    ).fit(X)
     model.save(tmp_path / "m.pt")
-    np.testing.assert_array_equal(SpectralEstimator.load(tmp_path / "m.pt", device="cpu").transform(X), model.transform(X))
+    np.testing.assert_array_equal(
+        SpectralEstimator.load(tmp_path / "m.pt", device="cpu").transform(X), model.transform(X)
+    )

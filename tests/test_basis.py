@@ -1,4 +1,5 @@
 """BASiS (Algorithm 1) end to end on the paper's three moons, plus its contracts."""
+
 import json
 
 import numpy as np
@@ -8,7 +9,6 @@ from sklearn.model_selection import train_test_split
 
 from basis import metrics
 from basis.experiment import analytic_embedding, anchor_spread
-from basis.graph import GraphConfig
 from basis.methods import BASiS, SpectralEstimator, StepTimer
 from basis.toy import three_moons, three_moons_anchors
 
@@ -30,9 +30,18 @@ def fitted(moons):
     X_train, y_train, _, _ = moons
     steps = []
     model = BASiS(
-        2, graph=MOONS_GRAPH, operator="unnormalized", drop_trivial=True, batch_size=265, n_iter=1000,
-        anchor_indices=three_moons_anchors(X_train, y_train).tolist(), ransac_sample_size=5,
-        ransac_tolerance=0.01, ransac_tolerance_mode="absolute", device="cpu", seed=0,
+        2,
+        graph=MOONS_GRAPH,
+        operator="unnormalized",
+        drop_trivial=True,
+        batch_size=265,
+        n_iter=1000,
+        anchor_indices=three_moons_anchors(X_train, y_train).tolist(),
+        ransac_sample_size=5,
+        ransac_tolerance=0.01,
+        ransac_tolerance_mode="absolute",
+        device="cpu",
+        seed=0,
         callback=lambda step, info: steps.append(info),
     )
     return model.fit(X_train, y_train), steps
@@ -42,9 +51,7 @@ def test_three_moons_reaches_the_papers_quality(moons, fitted):
     _, _, X_test, y_test = moons
     model, _ = fitted
     Y = model.transform(X_test)
-    reference = analytic_embedding(
-        X_test, {"graph": MOONS_GRAPH, "operator": "unnormalized", "drop_trivial": True}, 2
-    )
+    reference = analytic_embedding(X_test, {"graph": MOONS_GRAPH, "operator": "unnormalized", "drop_trivial": True}, 2)
     result = metrics.evaluate_embedding(Y, y_test, reference, n_clusters=3)
     # authors: NMI 0.9966, ACC 0.9995, d_G 0.0041
     assert result["nmi"] >= 0.99
@@ -85,8 +92,18 @@ def test_loading_a_non_checkpoint_is_a_clear_error(tmp_path):
 
 def test_same_seed_same_numbers():
     X, y = three_moons(n_per_moon=400, seed=2)
-    kwargs = dict(graph=MOONS_GRAPH, operator="unnormalized", drop_trivial=True, batch_size=100, n_iter=20,
-                  anchors="random", n_anchors=12, ransac_sample_size=5, device="cpu", seed=3)
+    kwargs = dict(
+        graph=MOONS_GRAPH,
+        operator="unnormalized",
+        drop_trivial=True,
+        batch_size=100,
+        n_iter=20,
+        anchors="random",
+        n_anchors=12,
+        ransac_sample_size=5,
+        device="cpu",
+        seed=3,
+    )
     a = BASiS(2, **kwargs).fit(X).transform(X)
     b = BASiS(2, **kwargs).fit(X).transform(X)
     np.testing.assert_array_equal(a, b)
@@ -110,8 +127,15 @@ def test_same_seed_same_numbers():
 )
 def test_bad_input_fails_before_training(params, X_change, match):
     X, _ = three_moons(n_per_moon=100, seed=0)
-    base = dict(graph={"n_neighbors": 10, "scale_neighbor": 5}, batch_size=50, n_iter=5, anchors="random", n_anchors=10,
-                ransac_sample_size=5, device="cpu")
+    base = dict(
+        graph={"n_neighbors": 10, "scale_neighbor": 5},
+        batch_size=50,
+        n_iter=5,
+        anchors="random",
+        n_anchors=10,
+        ransac_sample_size=5,
+        device="cpu",
+    )
     graph = {**base["graph"], **params.pop("graph", {})}
     steps = []
     model = BASiS(**{"n_components": 2, **base, **params, "graph": graph}, callback=lambda s, i: steps.append(s))
@@ -122,15 +146,35 @@ def test_bad_input_fails_before_training(params, X_change, match):
 
 def test_ablation_without_alignment_runs():
     X, y = three_moons(n_per_moon=300, seed=0)
-    model = BASiS(2, graph={"n_neighbors": 10, "scale_neighbor": 5}, operator="unnormalized", drop_trivial=True,
-                  batch_size=100, n_iter=5, anchors="random", n_anchors=9, alignment="none", device="cpu")
+    model = BASiS(
+        2,
+        graph={"n_neighbors": 10, "scale_neighbor": 5},
+        operator="unnormalized",
+        drop_trivial=True,
+        batch_size=100,
+        n_iter=5,
+        anchors="random",
+        n_anchors=9,
+        alignment="none",
+        device="cpu",
+    )
     assert model.fit(X).transform(X).shape == (900, 2)
 
 
 def test_anchor_outliers_put_another_class_in_the_chosen_anchor_slots(moons):
     X_train, y_train, _, _ = moons
-    model = BASiS(2, graph=MOONS_GRAPH, operator="unnormalized", drop_trivial=True, batch_size=200, n_iter=1,
-                  anchors_per_class=10, anchor_outliers=0.2, device="cpu", seed=0).fit(X_train, y_train)
+    model = BASiS(
+        2,
+        graph=MOONS_GRAPH,
+        operator="unnormalized",
+        drop_trivial=True,
+        batch_size=200,
+        n_iter=1,
+        anchors_per_class=10,
+        anchor_outliers=0.2,
+        device="cpu",
+        seed=0,
+    ).fit(X_train, y_train)
     X_t = torch.as_tensor(X_train)
     batch, _, _ = model._draw_embedded_batch(len(X_t), lambda b: X_t[b], StepTimer(torch.device("cpu")), corrupt=True)
     anchors = model.anchor_indices_

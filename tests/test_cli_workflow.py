@@ -1,4 +1,5 @@
 """The command line and the workflow's config checks."""
+
 import json
 import shutil
 import subprocess
@@ -6,18 +7,40 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _basis(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "basis", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+def _basis(*args, timeout=HANG_GUARD_S):
+    return subprocess.run(
+        [sys.executable, "-m", "basis", *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
 
 
 def test_run_prints_the_documented_json(tmp_path):
-    done = _basis("run", "--method", "basis", "--dataset", "blobs", "--json", "--device", "cpu", "--out", str(tmp_path),
-                  "--set", "n_iter=30", "--set", "batch_size=128", "--set", "graph.n_neighbors=10",
-                  "--set", "eval.authors_probe_epochs=2", "--set", "anchors_per_class=5")
+    done = _basis(
+        "run",
+        "--method",
+        "basis",
+        "--dataset",
+        "blobs",
+        "--json",
+        "--device",
+        "cpu",
+        "--out",
+        str(tmp_path),
+        "--set",
+        "n_iter=30",
+        "--set",
+        "batch_size=128",
+        "--set",
+        "graph.n_neighbors=10",
+        "--set",
+        "eval.authors_probe_epochs=2",
+        "--set",
+        "anchors_per_class=5",
+    )
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     scores = {"d_G", "d_G_code", "d_perp", "d_perp_code", "nmi", "nmi_code", "acc", "accuracy", "accuracy_authors"}
@@ -33,7 +56,10 @@ def test_run_prints_the_documented_json(tmp_path):
     [
         (["--method", "basis", "--dataset", "two_moons", "--set", "graph.k=3"], "unknown key 'graph.k'"),
         (["--method", "specnet2", "--dataset", "two_moons", "--set", "anchors=random"], "unknown key 'anchors'"),
-        (["--method", "basis", "--dataset", "two_moons", "--set", "graph.n_neighbors=600"], "must be smaller than batch_size"),
+        (
+            ["--method", "basis", "--dataset", "two_moons", "--set", "graph.n_neighbors=600"],
+            "must be smaller than batch_size",
+        ),
         (["--method", "basis", "--dataset", "two_moons", "--set", "graph.kernel=box"], "kernel must be one of"),
     ],
 )
@@ -48,8 +74,26 @@ def test_stored_reference_is_reused_and_checked(tmp_path):
     done = _basis("reference", "--dataset", "blobs", "--out", str(ref), "--json", "--device", "cpu")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["n_components"] == 4
-    common = ["run", "--method", "basis", "--dataset", "blobs", "--json", "--device", "cpu", "--reference", str(ref),
-              "--set", "n_iter=20", "--set", "batch_size=128", "--set", "eval.authors_probe_epochs=1", "--set", "anchors_per_class=5"]
+    common = [
+        "run",
+        "--method",
+        "basis",
+        "--dataset",
+        "blobs",
+        "--json",
+        "--device",
+        "cpu",
+        "--reference",
+        str(ref),
+        "--set",
+        "n_iter=20",
+        "--set",
+        "batch_size=128",
+        "--set",
+        "eval.authors_probe_epochs=1",
+        "--set",
+        "anchors_per_class=5",
+    ]
     done = _basis(*common)
     assert done.returncode == 0, done.stderr
     assert 0 <= json.loads(done.stdout)["d_G"] <= 4
@@ -85,31 +129,45 @@ def workdir(tmp_path):
 
 
 def _snakemake(workdir, *args):
-    return subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", *args], capture_output=True, text=True,
-                          timeout=300, cwd=workdir)
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "1", *args],
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD_S,
+        cwd=workdir,
+    )
 
 
 # 4 data sets x 4 methods x 10 seeds, plus per data set its download, feature network and
 # reference embedding, one experiment set-up and one table.
-EXPECTED_JOBS = {"download": "4", "tracking_setup": "1", "siamese_features": "4", "reference_embedding": "4",
-                 "train_and_evaluate": "160", "table1": "1"}
+EXPECTED_JOBS = {
+    "download": "4",
+    "tracking_setup": "1",
+    "siamese_features": "4",
+    "reference_embedding": "4",
+    "train_and_evaluate": "160",
+    "table1": "1",
+}
 
 
 def test_dry_run_of_the_paper_config_lists_every_job(workdir):
     done = _snakemake(workdir, "-n", "--quiet", "rules")
     assert done.returncode == 0, done.stderr
-    counts = dict(line.split() for line in (done.stdout + done.stderr).splitlines()
-                  if line.split() and len(line.split()) == 2 and line.split()[0] in EXPECTED_JOBS)
+    counts = dict(
+        line.split()
+        for line in (done.stdout + done.stderr).splitlines()
+        if line.split() and len(line.split()) == 2 and line.split()[0] in EXPECTED_JOBS
+    )
     assert counts == EXPECTED_JOBS
 
 
 def test_bad_config_stops_before_any_job(workdir):
-    config = (workdir / "config" / "config.yaml").read_text().replace("seeds: 10", "seeds: ten")
+    config = (workdir / "config" / "config.yaml").read_text().replace("seeds: 10", "seeds: ten", 1)
     (workdir / "config" / "config.yaml").write_text(config)
     done = _snakemake(workdir, "-n")
     assert done.returncode != 0
     assert "seeds" in done.stderr + done.stdout
-    config = (workdir / "config" / "config.yaml").read_text().replace("seeds: ten", "seeds: 2\nbatchsize: 3")
+    config = (workdir / "config" / "config.yaml").read_text().replace("seeds: ten", "seeds: 2\nbatchsize: 3", 1)
     (workdir / "config" / "config.yaml").write_text(config)
     done = _snakemake(workdir, "-n")
     assert done.returncode != 0 and "batchsize" in done.stderr + done.stdout
@@ -118,8 +176,16 @@ def test_bad_config_stops_before_any_job(workdir):
 @pytest.mark.parametrize(
     "old, new, message",
     [
-        ("n_neighbors: 50,", "n_neighbors: 600,", "protocol.graph.n_neighbors (600) must be smaller than protocol.batch_size (512)"),
-        ("basis: {anchors_per_class: 25}", "basis: {anchors_per_klass: 25}", "methods.basis or protocol: unknown key 'anchors_per_klass'"),
+        (
+            "n_neighbors: 50,",
+            "n_neighbors: 600,",
+            "protocol.graph.n_neighbors (600) must be smaller than protocol.batch_size (512)",
+        ),
+        (
+            "basis: {anchors_per_class: 25}",
+            "basis: {anchors_per_klass: 25}",
+            "methods.basis or protocol: unknown key 'anchors_per_klass'",
+        ),
         ("datasets: [mnist,", "datasets: [imagenet,", "datasets"),
         ("  specnet2: {}", "  specnet3: {}", "specnet3"),
     ],

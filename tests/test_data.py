@@ -1,16 +1,17 @@
 """Data sets: real torchvision loaders on tiny files in the true formats, offline errors,
 the rendered bunny, and Siamese features."""
+
 import gzip
-import hashlib
+import json
 import pickle
 import struct
 import subprocess
 import sys
-import json
 
 import numpy as np
 import pytest
 import scipy.io
+from conftest import HANG_GUARD_S
 
 from basis.bunny import circular_correlation, render_turntable
 from basis.data import DatasetUnavailableError, load_dataset
@@ -22,7 +23,11 @@ def _idx(path, array):
     """IDX file as published by LeCun (big-endian header), gzipped."""
     magic = {3: 0x00000803, 1: 0x00000801}[array.ndim]
     with gzip.open(path, "wb") as handle:
-        handle.write(struct.pack(">I", magic) + b"".join(struct.pack(">I", d) for d in array.shape) + array.astype(np.uint8).tobytes())
+        handle.write(
+            struct.pack(">I", magic)
+            + b"".join(struct.pack(">I", d) for d in array.shape)
+            + array.astype(np.uint8).tobytes()
+        )
 
 
 def _write_mnist(folder, rng, n_train=12, n_test=6):
@@ -128,9 +133,26 @@ def test_rendered_bunny_diffusion_map_tracks_the_rotation():
 def test_siamese_features_of_digits_via_the_cli(tmp_path):
     out = tmp_path / "digits.npz"
     completed = subprocess.run(
-        [sys.executable, "-m", "basis", "features", "--dataset", "digits", "--out", str(out), "--json",
-         "--device", "cpu", "--set", "n_steps=600", "--checkpoint", str(tmp_path / "siamese.pt")],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "basis",
+            "features",
+            "--dataset",
+            "digits",
+            "--out",
+            str(out),
+            "--json",
+            "--device",
+            "cpu",
+            "--set",
+            "n_steps=600",
+            "--checkpoint",
+            str(tmp_path / "siamese.pt"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD_S,
     )
     assert completed.returncode == 0, completed.stderr
     result = json.loads(completed.stdout)
@@ -146,7 +168,20 @@ def test_siamese_features_of_digits_via_the_cli(tmp_path):
 
 def test_features_cli_rejects_unknown_option(tmp_path):
     completed = subprocess.run(
-        [sys.executable, "-m", "basis", "features", "--dataset", "digits", "--out", str(tmp_path / "x.npz"),
-         "--set", "epochs=3"], capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "basis",
+            "features",
+            "--dataset",
+            "digits",
+            "--out",
+            str(tmp_path / "x.npz"),
+            "--set",
+            "epochs=3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD_S,
     )
     assert completed.returncode == 2 and "unknown option" in completed.stderr

@@ -8,8 +8,9 @@ def _runs(values):
     rows = []
     for (dataset, method), numbers in values.items():
         for seed, offset in enumerate((-0.001, 0.001)):
-            rows.append({"dataset": dataset, "method": method, "seed": seed,
-                         **{m: v + offset for m, v in numbers.items()}})
+            rows.append(
+                {"dataset": dataset, "method": method, "seed": seed, **{m: v + offset for m, v in numbers.items()}}
+            )
     return pd.DataFrame(rows)
 
 
@@ -31,7 +32,9 @@ def _row(text, dataset, method, measure):
 def test_comparison_marks_what_falls_outside_two_std():
     at_paper = {m: PAPER_TABLE1[("mnist", "basis", m)][0] for m in ("d_G", "d_perp", "nmi", "acc", "accuracy")}
     far = dict(at_paper, nmi=0.5)
-    summary = summarize(_runs({("mnist", "basis"): _both_variants(at_paper), ("mnist", "specnet1"): _both_variants(far)}))
+    summary = summarize(
+        _runs({("mnist", "basis"): _both_variants(at_paper), ("mnist", "specnet1"): _both_variants(far)})
+    )
     text = comparison_markdown(summary)
     assert "| yes |" in _row(text, "mnist", "basis", "nmi")
     specnet1_nmi = _row(text, "mnist", "specnet1", "nmi")
@@ -54,10 +57,18 @@ def test_comparison_compares_each_paper_cell_with_the_variant_that_produced_it()
 
 
 def test_best_per_column_is_bold_in_both_tables():
-    summary = summarize(_runs({
-        ("digits", "basis"): _both_variants({"d_G": 0.1, "d_perp": 0.2, "nmi": 0.9, "acc": 0.9, "accuracy": 90.0}),
-        ("digits", "specnet2"): _both_variants({"d_G": 0.5, "d_perp": 0.1, "nmi": 0.8, "acc": 0.95, "accuracy": 80.0}),
-    }))
+    summary = summarize(
+        _runs(
+            {
+                ("digits", "basis"): _both_variants(
+                    {"d_G": 0.1, "d_perp": 0.2, "nmi": 0.9, "acc": 0.9, "accuracy": 90.0}
+                ),
+                ("digits", "specnet2"): _both_variants(
+                    {"d_G": 0.5, "d_perp": 0.1, "nmi": 0.8, "acc": 0.95, "accuracy": 80.0}
+                ),
+            }
+        )
+    )
     md = table_markdown(summary)
     equation_table, code_table = md.split("### ")[1:]
     for table in (equation_table, code_table):

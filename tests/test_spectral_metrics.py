@@ -2,14 +2,18 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
+from conftest import random_connected_graph
 
 from basis import metrics
 from basis.graph import GraphConfig, dense_affinity, sparse_affinity
 from basis.spectral import (
-    DisconnectedGraphWarning, laplacian, normalized_laplacian, random_walk_matrix, sparse_spectral_embedding,
+    DisconnectedGraphWarning,
+    laplacian,
+    normalized_laplacian,
+    random_walk_matrix,
+    sparse_spectral_embedding,
     spectral_embedding,
 )
-from conftest import random_connected_graph
 
 
 @pytest.mark.parametrize("operator", ["unnormalized", "normalized", "diffusion"])
@@ -18,7 +22,9 @@ from conftest import random_connected_graph
 def test_sparse_solver_agrees_with_dense(operator, drop_trivial, seed):
     W = random_connected_graph(np.random.default_rng(seed))
     dense, dense_vals = spectral_embedding(W, 4, operator=operator, drop_trivial=drop_trivial)
-    sparse, sparse_vals = sparse_spectral_embedding(sp.csr_matrix(W.numpy()), 4, operator=operator, drop_trivial=drop_trivial)
+    sparse, sparse_vals = sparse_spectral_embedding(
+        sp.csr_matrix(W.numpy()), 4, operator=operator, drop_trivial=drop_trivial
+    )
     assert metrics.grassmann_distance(dense.numpy(), sparse) < 1e-6
     np.testing.assert_allclose(dense_vals.numpy(), sparse_vals, atol=1e-7)
     # deterministic signs: the same vectors, not just the same subspace
@@ -149,8 +155,13 @@ def test_own_basis_score_removes_specnet2s_d_g_floor(rng):
 
 def test_graph_options(rng):
     X = torch.as_tensor(rng.normal(size=(50, 3)))
-    for options in ({"scale": "global"}, {"scale": "fixed", "sigma": 1.0}, {"kernel": "code"}, {"symmetrize": "max"},
-                    {"self_loops": False}):
+    for options in (
+        {"scale": "global"},
+        {"scale": "fixed", "sigma": 1.0},
+        {"kernel": "code"},
+        {"symmetrize": "max"},
+        {"self_loops": False},
+    ):
         W = dense_affinity(X, GraphConfig(n_neighbors=6, scale_neighbor=3, **options))
         assert torch.allclose(W, W.T)
         assert ((W > 0).sum(1) >= 5).all()
@@ -162,7 +173,9 @@ def test_graph_options(rng):
         dense_affinity(X, GraphConfig(n_neighbors=50))
     # kernel forms: exp(-d^2/2s^2) vs exp(-d^2/s^2) on the same edge
     paper = dense_affinity(X, GraphConfig(n_neighbors=6, scale="fixed", sigma=1.0, symmetrize="max", self_loops=False))
-    code = dense_affinity(X, GraphConfig(n_neighbors=6, scale="fixed", sigma=1.0, kernel="code", symmetrize="max", self_loops=False))
+    code = dense_affinity(
+        X, GraphConfig(n_neighbors=6, scale="fixed", sigma=1.0, kernel="code", symmetrize="max", self_loops=False)
+    )
     edge = paper > 0
     assert torch.allclose(code[edge], paper[edge] ** 2)
 

@@ -1,4 +1,5 @@
 """Every job uses only the threads it was given (``--threads``, Snakemake's ``threads:``)."""
+
 import json
 import subprocess
 import sys
@@ -32,9 +33,27 @@ def test_limit_threads_caps_every_pool_including_libraries_loaded_later():
 
 def test_the_cli_honours_threads():
     out = subprocess.run(
-        [sys.executable, "-m", "basis", "bench", "step", "--m", "128", "--k", "10", "--k-eig", "3", "--threads", "1",
-         "--device", "cpu", "--json"],
-        capture_output=True, text=True, check=True,
+        [
+            sys.executable,
+            "-m",
+            "basis",
+            "bench",
+            "step",
+            "--m",
+            "128",
+            "--k",
+            "10",
+            "--k-eig",
+            "3",
+            "--threads",
+            "1",
+            "--device",
+            "cpu",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     assert all(n == 1 for n in json.loads(out)["threads"].values())
 
@@ -51,8 +70,9 @@ def test_a_one_thread_budget_runs_the_pipeline_in_turn_with_the_same_numbers():
     try:
         for threads in (1, 2):  # one thread: batches prepared in turn; two: by the worker thread
             torch.set_num_threads(threads)
-            model = BASiS(4, graph={"n_neighbors": 15}, batch_size=150, n_iter=15, anchors_per_class=10,
-                          device="cpu", seed=0).fit(X, y)
+            model = BASiS(
+                4, graph={"n_neighbors": 15}, batch_size=150, n_iter=15, anchors_per_class=10, device="cpu", seed=0
+            ).fit(X, y)
             assert torch.get_num_threads() == threads  # the budget is restored after fit
             runs.append((model.loss_curve_, model.transform(X[:50])))
     finally:

@@ -4,6 +4,7 @@ The tests of this module run in order on one workflow folder: first run, second
 invocation, lint, rerun of one job, stale-run closing, the UI server's REST API, and a
 browser screenshot of the experiment page.
 """
+
 import json
 import math
 import os
@@ -19,19 +20,36 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import HANG_GUARD_S
 
+# The tiny workflow end to end: minutes on two cores.
+pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
 TINY = "tests/configs/tiny.yaml"
 METHODS = ("basis", "diffusion_net", "specnet1", "specnet2")
-FIGURES = ("fig1_toy_examples", "fig2_illustration", "fig3_three_moons_consistency", "fig4_bunny_diffusion_maps",
-           "fig5_knn_sensitivity", "fig6_feature_change_training", "fig7_feature_change_tsne", "fig8_feature_change_subset")
+FIGURES = (
+    "fig1_toy_examples",
+    "fig2_illustration",
+    "fig3_three_moons_consistency",
+    "fig4_bunny_diffusion_maps",
+    "fig5_knn_sensitivity",
+    "fig6_feature_change_training",
+    "fig7_feature_change_tsne",
+    "fig8_feature_change_subset",
+)
 
 
-def snakemake(folder, *args, timeout=600):
+def snakemake(folder, *args, timeout=HANG_GUARD_S):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("MLFLOW_TRACKING_URI", None)
-    return subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", TINY, *args],
-                          capture_output=True, text=True, timeout=timeout, cwd=folder, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", TINY, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=folder,
+        env=env,
+    )
 
 
 def runs(folder, stage):
@@ -58,7 +76,10 @@ def test_table_has_every_cell_finite(workflow):
     assert sorted(table.index.get_level_values(1)) == sorted(METHODS)
     own_basis = table.pop("d_G_own_basis")  # SpecNet2's score in its own basis; NaN for the others
     assert all(math.isfinite(v) for v in table.to_numpy().ravel())
-    assert np.isfinite(own_basis.loc[("digits", "specnet2")]).all() and own_basis.drop(("digits", "specnet2")).isna().all().all()
+    assert (
+        np.isfinite(own_basis.loc[("digits", "specnet2")]).all()
+        and own_basis.drop(("digits", "specnet2")).isna().all().all()
+    )
     comparison = (workflow / "results/paper/comparison.md").read_text()
     assert comparison.count("| no paper number |") == len(METHODS) * 5
     assert "\\begin{tabular}" in (workflow / "results/paper/table1.tex").read_text()
@@ -70,8 +91,18 @@ def test_mlflow_holds_every_run_with_its_metrics(workflow):
     for run in training:
         assert run.info.status == "FINISHED"
         metrics = run.data.metrics
-        assert {"d_G", "d_perp", "nmi", "acc", "accuracy", "train_seconds", "d_G_code", "d_perp_code", "nmi_code",
-                "accuracy_authors"} <= set(metrics)
+        assert {
+            "d_G",
+            "d_perp",
+            "nmi",
+            "acc",
+            "accuracy",
+            "train_seconds",
+            "d_G_code",
+            "d_perp_code",
+            "nmi_code",
+            "accuracy_authors",
+        } <= set(metrics)
         assert metrics["accuracy"] / 100 >= metrics["acc"] - 0.02  # a converged probe reads what K-means finds
         assert {"rule", "dataset", "method", "seed", "git_commit", "config_hash"} <= set(run.data.tags)
         assert run.data.params["n_iter"] == "20"
@@ -101,8 +132,17 @@ def test_every_figure_and_study_number_is_there(workflow):
     knn = pd.read_csv(workflow / "results/paper/knn_sensitivity.csv")
     assert sorted(knn["n_neighbors"].unique()) == [10, 20] and np.isfinite(knn["nmi_mean"]).all()
     claims = (workflow / "results/paper/comparison.md").read_text().split("the other claims")[1]
-    for claim in ("toy three_moons", "toy circles", "Fig. 2", "Fig. 3", "Fig. 4", "Fig. 5", "Fig. 6 (main)",
-                  "Fig. 6 (subset)", "ablation, two_moons"):
+    for claim in (
+        "toy three_moons",
+        "toy circles",
+        "Fig. 2",
+        "Fig. 3",
+        "Fig. 4",
+        "Fig. 5",
+        "Fig. 6 (main)",
+        "Fig. 6 (subset)",
+        "ablation, two_moons",
+    ):
         assert claim in claims
     ablation = (workflow / "results/paper/ablation.md").read_text()
     assert "| two_moons | none |" in ablation and "| two_moons | ransac-outliers |" in ablation
@@ -145,13 +185,28 @@ def test_a_killed_jobs_run_is_closed_by_the_next_invocation(workflow):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("MLFLOW_TRACKING_URI", None)
     job = subprocess.Popen(
-        [sys.executable, "-m", "snakemake", "--cores", "1", "--configfile", TINY,
-         "--forcerun", "results/runs/digits/basis/seed1/metrics.json"],
-        cwd=workflow, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "--cores",
+            "1",
+            "--configfile",
+            TINY,
+            "--forcerun",
+            "results/runs/digits/basis/seed1/metrics.json",
+        ],
+        cwd=workflow,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     try:
         for _ in range(240):  # wait until the job's run exists, then kill everything
-            running = [r for r in runs(workflow, "runs")[1] if r.info.run_id not in known and r.info.status == "RUNNING"]
+            running = [
+                r for r in runs(workflow, "runs")[1] if r.info.run_id not in known and r.info.status == "RUNNING"
+            ]
             if running:
                 break
             time.sleep(0.5)
@@ -180,9 +235,23 @@ def ui_server(workflow):
     port = _free_port()
     store = workflow / "results" / "mlflow" / "mlflow.db"
     server = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{store}",
-         "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=workflow,
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{store}",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=workflow,
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -201,10 +270,13 @@ def ui_server(workflow):
 
 
 def test_ui_server_serves_the_runs_over_rest(ui_server):
-    with urllib.request.urlopen(f"{ui_server}/api/2.0/mlflow/experiments/get-by-name?experiment_name=tiny-runs", timeout=10) as r:
+    with urllib.request.urlopen(
+        f"{ui_server}/api/2.0/mlflow/experiments/get-by-name?experiment_name=tiny-runs", timeout=10
+    ) as r:
         experiment_id = json.load(r)["experiment"]["experiment_id"]
     request = urllib.request.Request(
-        f"{ui_server}/api/2.0/mlflow/runs/search", data=json.dumps({"experiment_ids": [experiment_id], "max_results": 100}).encode(),
+        f"{ui_server}/api/2.0/mlflow/runs/search",
+        data=json.dumps({"experiment_ids": [experiment_id], "max_results": 100}).encode(),
         headers={"Content-Type": "application/json"},
     )
     with urllib.request.urlopen(request, timeout=10) as r:
@@ -221,13 +293,17 @@ def test_browser_loads_the_experiment_page(ui_server, workflow, tmp_path):
         if os.environ.get("CI"):
             pytest.fail("chromium is missing: .ci/run installs it (apt-get install chromium chromium-driver)")
         pytest.skip("chromium not installed (apt-get install chromium chromium-driver)")
-    with urllib.request.urlopen(f"{ui_server}/api/2.0/mlflow/experiments/get-by-name?experiment_name=tiny-runs", timeout=10) as r:
+    with urllib.request.urlopen(
+        f"{ui_server}/api/2.0/mlflow/experiments/get-by-name?experiment_name=tiny-runs", timeout=10
+    ) as r:
         experiment_id = json.load(r)["experiment"]["experiment_id"]
     page = f"{ui_server}/#/experiments/{experiment_id}/runs"
     common = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=20000"]
-    dom = subprocess.run([*common, "--dump-dom", page], capture_output=True, text=True, timeout=120).stdout
+    dom = subprocess.run([*common, "--dump-dom", page], capture_output=True, text=True, timeout=HANG_GUARD_S).stdout
     # the runs table is rendered by the UI's JavaScript: run names in the DOM mean it loaded
     assert "digits-basis-seed0" in dom and "digits-specnet2-seed1" in dom
     shot = workflow / "results" / "mlflow_ui.png"
-    subprocess.run([*common, "--window-size=1400,900", f"--screenshot={shot}", page], capture_output=True, timeout=120)
+    subprocess.run(
+        [*common, "--window-size=1400,900", f"--screenshot={shot}", page], capture_output=True, timeout=HANG_GUARD_S
+    )
     assert shot.exists() and shot.stat().st_size > 10_000

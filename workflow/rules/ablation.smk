@@ -8,19 +8,19 @@ rule ablation_run:
         metrics="results/ablation/{dataset}/{alignment}/seed{seed}/metrics.json",
         model="results/ablation/{dataset}/{alignment}/seed{seed}/model.pt",
         embedding="results/ablation/{dataset}/{alignment}/seed{seed}/embedding.npz",
-    wildcard_constraints:
-        alignment="(ransac|lstsq|none)(-outliers)?",
     log:
         "results/logs/ablation/{dataset}/{alignment}/seed{seed}.log",
     benchmark:
         "results/benchmarks/ablation/{dataset}/{alignment}/seed{seed}.tsv"
+    wildcard_constraints:
+        alignment="(ransac|lstsq|none)(-outliers)?",
+    conda:
+        "../envs/basis.yaml"
+    threads: RUN_THREADS
+    resources:
+        gpu=1,
     params:
         command=ablation_command,
         tags=lambda wildcards: run_tags(wildcards, "ablation_run", f"alignment-{wildcards.alignment}"),
-    resources:
-        gpu=1,
-    threads: RUN_THREADS
-    conda:
-        "../envs/basis.yaml"
     script:
         "../scripts/basis_command.py"

@@ -12,7 +12,6 @@ from basis.studies import study_options
 from basis.toy import TOY_SETS
 from basis.tracking import config_hash
 
-
 validate(config, schema="../schemas/config.schema.yaml")
 
 STAGES = ("features", "runs", "studies", "sensitivity", "ablation", "paper")
@@ -25,6 +24,8 @@ wildcard_constraints:
     method="|".join(METHODS),
     seed=r"\d+",
     k=r"\d+",
+
+
 TRACKING_FLAG = "results/mlflow/experiments.json"
 
 # Threads per job; each job's `python -m basis ... --threads N` holds every thread pool
@@ -81,8 +82,17 @@ def features_option(input):
 def reference_command(wildcards, input, output, settings):
     """`python -m basis reference`: the analytic embedding of a data set's test split."""
     return [
-        "reference", "--dataset", wildcards.dataset, "--out", output[0], "--data-root", config["data_root"],
-        "--data-seed", config["data_seed"], *features_option(input), *set_options(settings),
+        "reference",
+        "--dataset",
+        wildcards.dataset,
+        "--out",
+        output[0],
+        "--data-root",
+        config["data_root"],
+        "--data-seed",
+        config["data_seed"],
+        *features_option(input),
+        *set_options(settings),
     ]
 
 
@@ -91,10 +101,24 @@ def run_command(method, wildcards, input, output, experiment, settings):
     reference when the job has one as input (else the run computes it)."""
     reference = getattr(input, "reference", None)
     return [
-        "run", "--method", method, "--dataset", wildcards.dataset, "--seed", wildcards.seed,
-        "--out", str(Path(output.metrics).parent), "--data-root", config["data_root"],
-        "--data-seed", config["data_seed"], "--track", experiment, *(["--reference", reference] if reference else []),
-        *features_option(input), *set_options(settings),
+        "run",
+        "--method",
+        method,
+        "--dataset",
+        wildcards.dataset,
+        "--seed",
+        wildcards.seed,
+        "--out",
+        str(Path(output.metrics).parent),
+        "--data-root",
+        config["data_root"],
+        "--data-seed",
+        config["data_seed"],
+        "--track",
+        experiment,
+        *(["--reference", reference] if reference else []),
+        *features_option(input),
+        *set_options(settings),
     ]
 
 
@@ -127,15 +151,24 @@ def check_config():
         raise ValueError(f"config: experiments.knn.n_neighbors {too_large} must be smaller than protocol.batch_size")
     unknown_methods = sorted(set(STUDIES_CONFIG["knn"]["methods"]) - set(config["methods"]))
     if unknown_methods:
-        raise ValueError(f"config: experiments.knn.methods {unknown_methods} are not in methods {sorted(config['methods'])}")
-    sections = {"toy": ["settings"], "illustration": ["settings"], "consistency": ["settings"], "bunny": ["settings"],
-                "feature_change": ["settings", "main", "subset"]}
+        raise ValueError(
+            f"config: experiments.knn.methods {unknown_methods} are not in methods {sorted(config['methods'])}"
+        )
+    sections = {
+        "toy": ["settings"],
+        "illustration": ["settings"],
+        "consistency": ["settings"],
+        "bunny": ["settings"],
+        "feature_change": ["settings", "main", "subset"],
+    }
     for name, keys in sections.items():
         valid = study_options(name)
         for key in keys:
             unknown = sorted(set(STUDIES_CONFIG[name].get(key, {})) - set(valid))
             if unknown:
-                raise ValueError(f"config: experiments.{name}.{key} has unknown settings {unknown}; valid: {sorted(valid)}")
+                raise ValueError(
+                    f"config: experiments.{name}.{key} has unknown settings {unknown}; valid: {sorted(valid)}"
+                )
 
 
 check_config()
@@ -145,8 +178,11 @@ def run_tags(wildcards, rule, variant=None, section=None):
     """MLflow tags naming the job: its rule, every wildcard, a variant (what sets this job
     apart from others of its rule), the config and a hash of its config section."""
     if section is None:
-        section = {"protocol": config["protocol"], "method": config["methods"].get(wildcards.get("method"), {}),
-                   "features": config["features"]}
+        section = {
+            "protocol": config["protocol"],
+            "method": config["methods"].get(wildcards.get("method"), {}),
+            "features": config["features"],
+        }
     tags = {"rule": rule, "config_name": config["name"], "config_hash": config_hash(section)}
     tags.update({key: value for key, value in wildcards.items()})
     if variant:
@@ -159,8 +195,19 @@ STUDY_OUTPUTS = ["results/studies/{folder}/metrics.json", "results/studies/{fold
 
 
 def study_command(name, folder, extra=None):
-    return ["study", name, "--out", f"results/studies/{folder}", "--track", EXPERIMENTS["studies"],
-            "--data-root", config["data_root"], "--data-seed", config["data_seed"], *study_settings(name, extra)]
+    return [
+        "study",
+        name,
+        "--out",
+        f"results/studies/{folder}",
+        "--track",
+        EXPERIMENTS["studies"],
+        "--data-root",
+        config["data_root"],
+        "--data-seed",
+        config["data_seed"],
+        *study_settings(name, extra),
+    ]
 
 
 KNN = STUDIES_CONFIG["knn"]
@@ -179,8 +226,11 @@ ABLATION_VARIANTS = [
 def ablation_inputs(wildcards):
     if wildcards.dataset in TOY_SETS:
         return {"flag": TRACKING_FLAG}
-    return {"flag": TRACKING_FLAG, "features": feature_input(wildcards),
-            "reference": f"results/references/{wildcards.dataset}.npz"}
+    return {
+        "flag": TRACKING_FLAG,
+        "features": feature_input(wildcards),
+        "reference": f"results/references/{wildcards.dataset}.npz",
+    }
 
 
 def ablation_command(wildcards, input, output):
@@ -199,8 +249,17 @@ FIGURES_DIR = "results/paper/figures"
 def figure_rule_params(name, folders, figure):
     """`python -m basis figure` arguments for one figure drawn from study folders."""
     inputs = [item for folder in folders for item in ("--input", f"results/studies/{folder}")]
-    return ["figure", name, *inputs, "--out", f"{FIGURES_DIR}/{figure}.png", "--track", EXPERIMENTS["paper"],
-            "--caption", f"workflow/report/{figure}.rst"]
+    return [
+        "figure",
+        name,
+        *inputs,
+        "--out",
+        f"{FIGURES_DIR}/{figure}.png",
+        "--track",
+        EXPERIMENTS["paper"],
+        "--caption",
+        f"workflow/report/{figure}.rst",
+    ]
 
 
 # figure file name -> (figure of basis.figures, study folders it is drawn from)

@@ -3,14 +3,21 @@ rule download:
         "results/data/{dataset}.json",
     log:
         "results/logs/data/{dataset}.log",
-    params:
-        command=lambda wildcards, output: [
-            "download", "--dataset", wildcards.dataset, "--data-root", config["data_root"], "--out", output[0],
-            "--data-seed", config["data_seed"],
-        ],
-        tags=[],
-    threads: 1
     conda:
         "../envs/basis.yaml"
+    threads: 1
+    params:
+        command=lambda wildcards, output: [
+            "download",
+            "--dataset",
+            wildcards.dataset,
+            "--data-root",
+            config["data_root"],
+            "--out",
+            output[0],
+            "--data-seed",
+            config["data_seed"],
+        ],
+        tags=[],
     script:
         "../scripts/basis_command.py"

@@ -9,18 +9,29 @@ rule siamese_features:
         "results/logs/features/{dataset}.log",
     benchmark:
         "results/benchmarks/features/{dataset}.tsv"
-    params:
-        command=lambda wildcards, output: [
-            "features", "--dataset", wildcards.dataset, "--out", output.features,
-            "--checkpoint", output.checkpoint, "--set", f"n_steps={config['features']['n_steps']}",
-            "--data-root", config["data_root"], "--track", EXPERIMENTS["features"],
-            "--data-seed", config["data_seed"],
-        ],
-        tags=lambda wildcards: run_tags(wildcards, "siamese_features"),
-    resources:
-        gpu=1,
-    threads: HEAVY_THREADS
     conda:
         "../envs/basis.yaml"
+    threads: HEAVY_THREADS
+    resources:
+        gpu=1,
+    params:
+        command=lambda wildcards, output: [
+            "features",
+            "--dataset",
+            wildcards.dataset,
+            "--out",
+            output.features,
+            "--checkpoint",
+            output.checkpoint,
+            "--set",
+            f"n_steps={config['features']['n_steps']}",
+            "--data-root",
+            config["data_root"],
+            "--track",
+            EXPERIMENTS["features"],
+            "--data-seed",
+            config["data_seed"],
+        ],
+        tags=lambda wildcards: run_tags(wildcards, "siamese_features"),
     script:
         "../scripts/basis_command.py"

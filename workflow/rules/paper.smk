@@ -15,12 +15,12 @@ rule table1:
         tex="results/paper/table1.tex",
     log:
         "results/logs/paper/table1.log",
+    conda:
+        "../envs/basis.yaml"
+    threads: 1
     params:
         experiment=EXPERIMENTS["paper"],
         tags=lambda wildcards: run_tags(wildcards, "table1"),
-    threads: 1
-    conda:
-        "../envs/basis.yaml"
     script:
         "../scripts/table1.py"
 
@@ -39,12 +39,12 @@ for figure, (drawing, folders) in STUDY_FIGURES.items():
             pdf=f"{FIGURES_DIR}/{figure}.pdf",
         log:
             f"results/logs/paper/{figure}.log",
+        conda:
+            "../envs/basis.yaml"
+        threads: 1
         params:
             command=figure_rule_params(drawing, folders, figure),
             tags=run_tags({}, "figure", figure, STUDIES_CONFIG),
-        threads: 1
-        conda:
-            "../envs/basis.yaml"
         script:
             "../scripts/basis_command.py"
 
@@ -61,18 +61,19 @@ rule knn_sensitivity:
         ),
         caption="workflow/report/fig5_knn_sensitivity.rst",
     output:
-        png=report(f"{FIGURES_DIR}/fig5_knn_sensitivity.png", caption="../report/fig5_knn_sensitivity.rst",
-                   category="Figures"),
+        png=report(
+            f"{FIGURES_DIR}/fig5_knn_sensitivity.png", caption="../report/fig5_knn_sensitivity.rst", category="Figures"
+        ),
         pdf=f"{FIGURES_DIR}/fig5_knn_sensitivity.pdf",
         csv="results/paper/knn_sensitivity.csv",
     log:
         "results/logs/paper/knn_sensitivity.log",
+    conda:
+        "../envs/basis.yaml"
+    threads: 1
     params:
         experiment=EXPERIMENTS["paper"],
         tags=lambda wildcards: run_tags(wildcards, "knn_sensitivity", "fig5", KNN),
-    threads: 1
-    conda:
-        "../envs/basis.yaml"
     script:
         "../scripts/knn_sensitivity.py"
 
@@ -91,12 +92,12 @@ rule ablation_table:
         csv="results/paper/ablation.csv",
     log:
         "results/logs/paper/ablation.log",
+    conda:
+        "../envs/basis.yaml"
+    threads: 1
     params:
         experiment=EXPERIMENTS["paper"],
         tags=lambda wildcards: run_tags(wildcards, "ablation_table", "ablation", ABLATION),
-    threads: 1
-    conda:
-        "../envs/basis.yaml"
     script:
         "../scripts/ablation_table.py"
 
@@ -116,11 +117,11 @@ rule comparison:
         report("results/paper/comparison.md", caption="../report/comparison.rst", category="Comparison"),
     log:
         "results/logs/paper/comparison.log",
+    conda:
+        "../envs/basis.yaml"
+    threads: 1
     params:
         experiment=EXPERIMENTS["paper"],
         tags=lambda wildcards: run_tags(wildcards, "comparison", "comparison", config),
-    threads: 1
-    conda:
-        "../envs/basis.yaml"
     script:
         "../scripts/comparison.py"

@@ -8,15 +8,13 @@ rule reference_embedding:
         "results/logs/references/{dataset}.log",
     benchmark:
         "results/benchmarks/references/{dataset}.tsv"
-    params:
-        command=lambda wildcards, input, output: reference_command(
-            wildcards, input, output, protocol_settings()
-        ),
-        tags=[],
-    resources:
-        gpu=1,
-    threads: HEAVY_THREADS
     conda:
         "../envs/basis.yaml"
+    threads: HEAVY_THREADS
+    resources:
+        gpu=1,
+    params:
+        command=lambda wildcards, input, output: reference_command(wildcards, input, output, protocol_settings()),
+        tags=[],
     script:
         "../scripts/basis_command.py"

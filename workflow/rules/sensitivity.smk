@@ -8,16 +8,16 @@ rule knn_reference:
         "results/references/knn/{dataset}_k{k}.npz",
     log:
         "results/logs/references/knn/{dataset}_k{k}.log",
+    conda:
+        "../envs/basis.yaml"
+    threads: HEAVY_THREADS
+    resources:
+        gpu=1,
     params:
         command=lambda wildcards, input, output: reference_command(
             wildcards, input, output, protocol_settings() + [f"graph.n_neighbors={wildcards.k}"]
         ),
         tags=[],
-    resources:
-        gpu=1,
-    threads: HEAVY_THREADS
-    conda:
-        "../envs/basis.yaml"
     script:
         "../scripts/basis_command.py"
 
@@ -35,15 +35,20 @@ rule knn_run:
         "results/logs/knn/{dataset}/k{k}/{method}/seed{seed}.log",
     benchmark:
         "results/benchmarks/knn/{dataset}/k{k}/{method}/seed{seed}.tsv"
-    params:
-        command=lambda wildcards, input, output: run_command(
-            wildcards.method, wildcards, input, output, EXPERIMENTS["sensitivity"], settings_for(wildcards.method) + [f"graph.n_neighbors={wildcards.k}"]
-        ),
-        tags=lambda wildcards: run_tags(wildcards, "knn_run", f"k{wildcards.k}"),
-    resources:
-        gpu=1,
-    threads: RUN_THREADS
     conda:
         "../envs/basis.yaml"
+    threads: RUN_THREADS
+    resources:
+        gpu=1,
+    params:
+        command=lambda wildcards, input, output: run_command(
+            wildcards.method,
+            wildcards,
+            input,
+            output,
+            EXPERIMENTS["sensitivity"],
+            settings_for(wildcards.method) + [f"graph.n_neighbors={wildcards.k}"],
+        ),
+        tags=lambda wildcards: run_tags(wildcards, "knn_run", f"k{wildcards.k}"),
     script:
         "../scripts/basis_command.py"

@@ -3,10 +3,10 @@ rule tracking_setup:
         TRACKING_FLAG,
     log:
         "results/logs/tracking_setup.log",
-    params:
-        experiments=list(EXPERIMENTS.values()),
-    threads: 1
     conda:
         "../envs/basis.yaml"
+    threads: 1
+    params:
+        experiments=list(EXPERIMENTS.values()),
     script:
         "../scripts/tracking_setup.py"

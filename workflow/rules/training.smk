@@ -11,15 +11,15 @@ rule train_and_evaluate:
         "results/logs/runs/{dataset}/{method}/seed{seed}.log",
     benchmark:
         "results/benchmarks/runs/{dataset}/{method}/seed{seed}.tsv"
+    conda:
+        "../envs/basis.yaml"
+    threads: RUN_THREADS
+    resources:
+        gpu=1,
     params:
         command=lambda wildcards, input, output: run_command(
             wildcards.method, wildcards, input, output, EXPERIMENTS["runs"], settings_for(wildcards.method)
         ),
         tags=lambda wildcards: run_tags(wildcards, "train_and_evaluate"),
-    resources:
-        gpu=1,
-    threads: RUN_THREADS
-    conda:
-        "../envs/basis.yaml"
     script:
         "../scripts/basis_command.py"

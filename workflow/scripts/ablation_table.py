@@ -1,4 +1,5 @@
 """The alignment ablation: BASiS runs with RANSAC, least squares and no alignment, side by side."""
+
 import json
 import sys
 from pathlib import Path

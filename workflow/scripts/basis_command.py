@@ -1,6 +1,7 @@
 """Thin wrapper: one `python -m basis ...` call built as an argument list (never a shell string).
 
 `params.tags` become `--tag` options (MLflow tags of tracked commands; empty for the others)."""
+
 import subprocess
 import sys
 

@@ -1,4 +1,5 @@
 """The paper-vs-reproduced report: Table 1's numbers and one line per other claim."""
+
 import json
 import sys
 from pathlib import Path

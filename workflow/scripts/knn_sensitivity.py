@@ -1,4 +1,5 @@
 """Fig. 5: summarise the kNN sweep's runs per method and k, draw the four panels, log to MLflow."""
+
 import json
 import sys
 from pathlib import Path

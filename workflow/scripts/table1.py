@@ -1,4 +1,5 @@
 """Assemble Table 1 from the runs' metrics, and log it to MLflow."""
+
 import json
 import sys
 from pathlib import Path

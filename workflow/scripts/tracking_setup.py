@@ -1,4 +1,5 @@
 """Create the MLflow experiments once, before the jobs that log to them."""
+
 import subprocess
 import sys
 
