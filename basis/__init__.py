@@ -1,8 +1,8 @@
 """basis: learned spectral embeddings with batch alignment (BASiS, CVPR 2023) and baselines."""
 
 from basis.alignment import AlignmentResult, affine_least_squares, apply_affine, global_transform, ransac_affine
+from basis.estimators import BASiS, DiffusionNet, SpecNet2, SpectralEstimator, SpectralNet, make_estimator
 from basis.graph import GraphConfig, dense_affinity, sparse_affinity
-from basis.methods import BASiS, DiffusionNet, SpecNet1, SpecNet2, SpectralEstimator, make_estimator
 from basis.spectral import sparse_spectral_embedding, spectral_embedding
 
 __all__ = [
@@ -10,7 +10,7 @@ __all__ = [
     "BASiS",
     "DiffusionNet",
     "GraphConfig",
-    "SpecNet1",
+    "SpectralNet",
     "SpecNet2",
     "SpectralEstimator",
     "affine_least_squares",

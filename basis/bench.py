@@ -8,8 +8,9 @@ from typing import Any
 
 import numpy as np
 
+from basis.device import resolve_device
+from basis.estimators import BASiS
 from basis.graph import GraphConfig, sparse_affinity
-from basis.methods import BASiS, resolve_device
 from basis.spectral import sparse_spectral_embedding
 
 

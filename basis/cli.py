@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from basis.data import DATASETS, DatasetUnavailableError
-from basis.methods import METHODS
+from basis.estimators import METHODS
 from basis.threads import limit_threads
 
 
@@ -113,8 +113,8 @@ def cmd_download(args: argparse.Namespace) -> int:
 
 
 def cmd_reference(args: argparse.Namespace) -> int:
+    from basis.device import resolve_device
     from basis.experiment import load_inputs, resolve_settings, save_reference
-    from basis.methods import resolve_device
 
     settings = resolve_settings("basis", assignments=args.set, dataset=args.dataset)
     data = load_inputs(args.dataset, args.features, seed=args.data_seed, root=args.data_root)

@@ -22,8 +22,8 @@ import numpy as np
 
 from basis import metrics
 from basis.data import Dataset, load_dataset
+from basis.estimators import METHODS, SpecNet2, SpectralEstimator, make_estimator
 from basis.graph import GraphConfig, sparse_affinity
-from basis.methods import METHODS, SpecNet2, SpectralEstimator, make_estimator
 from basis.spectral import sparse_spectral_embedding
 from basis.toy import TOY_SETS
 
@@ -97,7 +97,7 @@ def resolve_settings(
     if dataset in TOY_SETS:
         settings["graph"].update(TOY_OVERRIDES["graph"])
         settings.update({k: v for k, v in TOY_OVERRIDES.items() if k != "graph"})
-    method_keys = set(METHODS[method]._param_names()) - {"callback", "seed", "device"}
+    method_keys = set(METHODS[method].parameter_names()) - {"callback", "seed", "device"}
     items = list((overrides or {}).items()) + [
         (".".join(path), value) for path, value in (parse_assignment(a) for a in assignments)
     ]
@@ -227,7 +227,7 @@ def run_method(
     )
     if isinstance(estimator, SpecNet2):  # scored in its own basis as well (see metrics.own_basis_grassmann_distance)
         degrees = np.asarray(
-            sparse_affinity(data.X_test, estimator.graph, device=str(estimator.device_)).sum(axis=1)
+            sparse_affinity(data.X_test, estimator.graph_, device=str(estimator.device_)).sum(axis=1)
         ).ravel()
         result["d_G_own_basis"] = metrics.own_basis_grassmann_distance(test_embedding, reference_embedding, degrees)
     result["accuracy"] = metrics.linear_probe_accuracy(

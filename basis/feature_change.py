@@ -19,9 +19,9 @@ import torch
 
 from basis import metrics
 from basis.alignment import apply_affine, global_transform
+from basis.estimators import BASiS
 from basis.experiment import analytic_embedding
 from basis.features import SiameseFeatures
-from basis.methods import BASiS, StepTimer
 
 
 @dataclass
@@ -71,7 +71,7 @@ class FeatureChangeTrainer:
     feature_lr, pairs_per_step, margin :
         The Siamese side (contrastive loss, Adam).
     ransac_iter, ransac_sample_size, ransac_tolerance, ransac_tolerance_mode :
-        RANSAC of both the batch alignment and T_G (as in :class:`~basis.methods.BASiS`).
+        RANSAC of both the batch alignment and T_G (as in :class:`~basis.estimators.BASiS`).
     use_global_transform : bool
         False replaces the base embedding without T_G (an ablation).
     eval_every, eval_size :
@@ -161,7 +161,7 @@ class FeatureChangeTrainer:
         images_val_t = torch.as_tensor(images_val[val_eval], dtype=torch.float32)
         result.val_labels = np.asarray(y_val)[val_eval]
         # The base set V^ref and its embedding on the initial features.
-        spectral._start(features.embed(images).cpu().numpy(), np.asarray(y_train))
+        spectral.start(features.embed(images).cpu().numpy(), np.asarray(y_train))
         base, n_anchors = spectral.reference_indices_, len(spectral.anchor_indices_)
         result.base_labels = np.asarray(y_train)[base.numpy()]
         base_embedding = spectral.reference_embedding_
@@ -185,39 +185,26 @@ class FeatureChangeTrainer:
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """Algorithm 2 (base re-embedding and T_G), then one BASiS step (Algorithm 1)."""
         spectral = self.spectral
-        timer = StepTimer(spectral.device_)
-        updated = spectral._embed_batch(self._features_of(base), timer)
+        updated = spectral.embed_batch(self._features_of(base))
         info: dict[str, float] = {}
         if updated is None:  # the base graph fell apart under the new features: keep the previous base
             current = previous
         elif self.use_global_transform:
-            fit = global_transform(
-                previous[:n_anchors],
-                updated[:n_anchors],
-                n_iter=spectral.ransac_iter,
-                sample_size=spectral.ransac_sample_size,
-                tolerance=spectral.ransac_tolerance,
-                tolerance_mode=spectral.ransac_tolerance_mode,
-                generator=spectral.ransac_generator_,
-            )
+            fit = global_transform(previous[:n_anchors], updated[:n_anchors], **spectral.ransac_options())
             current = apply_affine(fit.transform, updated)
             info["tg_inlier_fraction"] = float(fit.inliers.float().mean())
             result.record("tg_inlier_fraction", iteration, info["tg_inlier_fraction"])
         else:
             current = updated
-        spectral.reference_anchor_embedding_ = current[:n_anchors]
+        spectral.set_reference(current[:n_anchors])
         if iteration in self.snapshot_at:
             result.snapshots[iteration] = {
                 "base_before": (previous if updated is None else updated).cpu().numpy(),
                 "base_after": current.cpu().numpy(),
             }
-        images = self.features.images_
-        batch = spectral._aligned_batch(len(images), self._features_of, timer)
-        spectral.model_.train()
-        loss, align_info = spectral._batch_loss(images, batch, timer)
-        mse = spectral._gradient_step(loss)
-        result.record("spectral_mse", iteration, mse)
-        return current, {**info, "spectral_mse": mse, "inlier_fraction": align_info["inlier_fraction"]}
+        step = spectral.step(spectral.prepare_batch(self._features_of))
+        result.record("spectral_mse", iteration, step["loss"])
+        return current, {**info, "spectral_mse": step["loss"], "inlier_fraction": step["inlier_fraction"]}
 
     def _features_of(self, indices: torch.Tensor) -> torch.Tensor:
         """Current features of the training images at ``indices``."""
@@ -238,7 +225,7 @@ class FeatureChangeTrainer:
         n_clusters = len(np.unique(result.val_labels))
         val_features = features.embed(images_val).cpu().numpy()
         settings = {
-            "graph": spectral.graph.to_dict(),
+            "graph": spectral.graph_.to_dict(),
             "operator": spectral.operator,
             "drop_trivial": spectral.drop_trivial,
         }

@@ -15,7 +15,7 @@ import torch
 from sklearn.neighbors import KNeighborsClassifier
 from tqdm.auto import tqdm
 
-from basis.methods import resolve_device
+from basis.device import resolve_device
 from basis.models import SiameseCNN
 
 

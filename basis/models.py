@@ -14,7 +14,7 @@ class SpectralMLP(nn.Module):
 
     ``output_activation="tanh"`` bounds the output as SpectralNet's last layer does.
     ``output_map`` (K x K, float64) is applied by :meth:`embed` after the output:
-    identity for BASiS and Diffusion Net, SpecNet1's orthonormalisation weights, or
+    identity for BASiS and Diffusion Net, SpectralNet's orthonormalisation weights, or
     SpecNet2's post-processing matrix O. It is a buffer, so it is saved with the model.
     """
 

@@ -44,6 +44,22 @@ def random_walk_matrix(W: torch.Tensor) -> torch.Tensor:
     return W / W.sum(dim=0, keepdim=True)
 
 
+def transition_matrix(W: torch.Tensor) -> torch.Tensor:
+    """Row-stochastic P = D^-1 W, whose right eigenvectors are the diffusion coordinates
+    (the transpose of :func:`random_walk_matrix`, as Diffusion Maps and Diffusion Net use it)."""
+    return W / W.sum(dim=1, keepdim=True)
+
+
+def operator_matrix(W: torch.Tensor, operator: str) -> torch.Tensor:
+    """The matrix whose eigenvectors ``operator`` embeds: D^-1 W (``diffusion``), L_N
+    (``normalized``) or L (``unnormalized``)."""
+    if operator not in OPERATORS:
+        raise ValueError(f"operator must be one of {list(OPERATORS)}, got {operator!r}")
+    if operator == "diffusion":
+        return transition_matrix(W)
+    return normalized_laplacian(W) if operator == "normalized" else laplacian(W)
+
+
 def fix_signs(U: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
     """Flip each column so that its entry of largest magnitude is positive."""
     lib = torch if isinstance(U, torch.Tensor) else np

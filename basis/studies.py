@@ -20,10 +20,10 @@ from basis import metrics
 from basis.alignment import align_affine, apply_affine
 from basis.bunny import circular_correlation
 from basis.data import load_bunny, load_dataset
+from basis.estimators import BASiS
 from basis.experiment import analytic_embedding, anchor_spread
 from basis.feature_change import FeatureChangeTrainer, snapshot_arrays, summarize
 from basis.graph import GraphConfig, dense_affinity
-from basis.methods import BASiS
 from basis.spectral import spectral_embedding
 from basis.toy import TOY_SETS, three_moons, three_moons_anchors
 

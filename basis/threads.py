@@ -6,7 +6,7 @@ threads. :func:`limit_threads` caps all of them: torch's intra-op pool, every BL
 OpenMP library already loaded (threadpoolctl), and, through the environment, those loaded
 later (scikit-learn's OpenMP reads ``OMP_NUM_THREADS`` when it loads). The training loop
 splits the same budget between its two pipeline stages (see
-:meth:`basis.methods.SpectralEstimator.fit`).
+:meth:`basis.estimators.SpectralEstimator.fit`).
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ import torch
 from sklearn.model_selection import train_test_split
 
 from basis import metrics
+from basis.estimators import BASiS, SpectralEstimator
 from basis.experiment import analytic_embedding, anchor_spread
-from basis.methods import BASiS, SpectralEstimator, StepTimer
 from basis.toy import three_moons, three_moons_anchors
 
 # The authors' toy set-up: L = D - W, K = 2 without the trivial vector, 9 anchors,
@@ -80,7 +80,7 @@ def test_save_and_load_roundtrip(tmp_path, moons, fitted):
     loaded = SpectralEstimator.load(path, device="cpu")
     assert isinstance(loaded, BASiS)
     np.testing.assert_array_equal(loaded.transform(moons[2]), model.transform(moons[2]))
-    json.dumps(loaded.get_params())  # params stay JSON-friendly
+    json.dumps(loaded.settings())  # settings stay JSON-friendly
 
 
 def test_loading_a_non_checkpoint_is_a_clear_error(tmp_path):
@@ -114,7 +114,7 @@ def test_same_seed_same_numbers():
 @pytest.mark.parametrize(
     "params, X_change, match",
     [
-        ({}, lambda X: X[:, :, None], "2-D array"),
+        ({}, lambda X: X[:, :, None], "Found array with dim 3, while dim <= 2 is required"),
         ({}, lambda X: np.where(np.arange(len(X))[:, None] == 3, np.nan, X), "NaN or inf"),
         ({"batch_size": 50, "n_components": 50}, None, "n_components=50 must be smaller than batch_size=50"),
         ({"graph": {"n_neighbors": 60}}, None, "n_neighbors=60 must be smaller than batch_size=50"),
@@ -174,9 +174,16 @@ def test_anchor_outliers_put_another_class_in_the_chosen_anchor_slots(moons):
         anchor_outliers=0.2,
         device="cpu",
         seed=0,
-    ).fit(X_train, y_train)
-    X_t = torch.as_tensor(X_train)
-    batch, _, _ = model._draw_embedded_batch(len(X_t), lambda b: X_t[b], StepTimer(torch.device("cpu")), corrupt=True)
+    )
+    X_t, seen = torch.as_tensor(X_train, dtype=torch.float32), []
+
+    def features_of(indices):  # records which nodes the next batch holds
+        seen.append(indices)
+        return X_t[indices]
+
+    model.start(X_train, y_train)
+    model.prepare_batch(features_of)
+    batch = seen[-1]
     anchors = model.anchor_indices_
     replaced = batch[: len(anchors)] != anchors
     assert int(replaced.sum()) == 6  # 20 % of 30 anchor slots

@@ -7,7 +7,7 @@ from snakemake.utils import validate
 
 from basis.data import DATASETS, FEATURE_SETS
 from basis.experiment import resolve_settings
-from basis.methods import METHODS
+from basis.estimators import METHODS
 from basis.studies import study_options
 from basis.toy import TOY_SETS
 from basis.tracking import config_hash

@@ -1,0 +1,438 @@
+"""What every learned spectral embedding shares: parameters, the training loop, the
+public step API, inference, persistence and the registry the methods join.
+
+A method is a subclass of :class:`SpectralEstimator` that joins the registry with
+``@register("name")`` and supplies its hooks: ``_prepare`` (set-up before the first
+step), ``_next_batch`` (everything about a batch that does not need the network),
+``_batch_loss`` (its loss on that batch) and, where it has one, ``_finish``
+(post-processing). :meth:`SpectralEstimator.fit` runs the loop; a loop of one's own
+(Algorithm 2's, or a user's) calls :meth:`~SpectralEstimator.start`,
+:meth:`~SpectralEstimator.prepare_batch`, :meth:`~SpectralEstimator.step` and
+:meth:`~SpectralEstimator.finish`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.exceptions import NotFittedError
+from sklearn.utils.validation import check_array
+from threadpoolctl import threadpool_limits
+
+from basis.device import resolve_device
+from basis.graph import GraphConfig, dense_affinity
+from basis.models import HIDDEN_WIDTHS, SpectralMLP
+from basis.spectral import OPERATORS, connected_components, spectral_embedding
+
+StepCallback = Callable[[int, dict[str, float]], None]
+#: ``features_of(indices)``: the features of training nodes, on the estimator's device.
+FeaturesOf = Callable[[torch.Tensor], torch.Tensor]
+
+#: Method name -> estimator class; each method module joins it with :func:`register`.
+METHODS: dict[str, type[SpectralEstimator]] = {}
+
+
+def register(name: str) -> Callable[[type[SpectralEstimator]], type[SpectralEstimator]]:
+    """Class decorator: make a method available by ``name`` (CLI, config, checkpoints)."""
+
+    def join(cls: type[SpectralEstimator]) -> type[SpectralEstimator]:
+        if name in METHODS:
+            raise ValueError(f"method name {name!r} is taken by {METHODS[name].__name__}")
+        cls.method_name = name
+        METHODS[name] = cls
+        return cls
+
+    return join
+
+
+def make_estimator(method: str, **params: Any) -> SpectralEstimator:
+    """Build a method by name, naming valid methods and parameters on a mistake."""
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; valid: {sorted(METHODS)}")
+    cls = METHODS[method]
+    valid = set(cls.parameter_names())
+    unknown = sorted(set(params) - valid)
+    if unknown:
+        raise ValueError(f"unknown parameter(s) {unknown} for method {method!r}; valid: {sorted(valid)}")
+    return cls(**params)
+
+
+def check_features(X: Any, name: str = "X") -> np.ndarray:
+    """A finite 2-D float32 array, or a ValueError that says what is wrong (scikit-learn's
+    checks and messages for shape, sparse and complex input; rows with NaN or inf counted)."""
+    X = check_array(X, dtype=np.float32, ensure_all_finite=False, input_name=name)
+    if not np.isfinite(X).all():
+        bad = int((~np.isfinite(X)).any(axis=1).sum())
+        raise ValueError(f"{name} contains NaN or inf in {bad} row(s)")
+    return X
+
+
+@contextmanager
+def _split_cores(device: torch.device):
+    """Split this process's thread budget (torch's thread count, which ``--threads`` sets)
+    between the gradient step (torch) and the worker's eigensolves (BLAS) on the CPU, so
+    the two pipeline stages together use no more threads than the budget. Yields whether
+    there is room for the worker at all (a budget of one thread runs the stages in turn).
+    Thread settings are restored afterwards."""
+    budget = torch.get_num_threads()
+    if device.type != "cpu":
+        yield True
+        return
+    if budget == 1:
+        with threadpool_limits(limits=1, user_api="blas"):
+            yield False
+        return
+    torch_threads = budget // 2
+    torch.set_num_threads(torch_threads)
+    try:
+        with threadpool_limits(limits=budget - torch_threads, user_api="blas"):
+            yield True
+    finally:
+        torch.set_num_threads(budget)
+
+
+def _run_now(function: Callable, *args: Any) -> Future:
+    """``function(*args)`` run at once, as a finished future (the worker's stand-in)."""
+    future: Future = Future()
+    future.set_result(function(*args))
+    return future
+
+
+class StepTimer:
+    """Wall time per named part of a training step, in milliseconds."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.ms: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, part: str):
+        start = time.perf_counter()
+        yield
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.ms[f"ms_{part}"] = self.ms.get(f"ms_{part}", 0.0) + (time.perf_counter() - start) * 1e3
+
+
+@dataclass
+class PreparedBatch:
+    """A batch from :meth:`SpectralEstimator.prepare_batch`: the method's data for one
+    step and the time spent preparing it."""
+
+    content: Any
+    timer: StepTimer
+
+
+class SpectralEstimator(TransformerMixin, BaseEstimator):
+    """Common parameters, training loop, inference and persistence.
+
+    Parameters
+    ----------
+    n_components : int
+        K, the embedding dimension.
+    graph : GraphConfig, dict or None
+        How each batch's affinity is built (k, scale rule, kernel form, ...); None: the
+        defaults of :class:`~basis.graph.GraphConfig`.
+    operator : {"unnormalized", "normalized", "diffusion"}
+        Whose eigenvectors are learnt: L, L_N or the random walk (diffusion map).
+    drop_trivial : bool
+        Leave out the trivial (constant-like) eigenvector.
+    diffusion_time : float
+        t of the diffusion-map coordinates (``operator="diffusion"`` only).
+    batch_size : int
+        m, nodes per batch.
+    n_iter : int
+        Training iterations (gradient steps).
+    lr : float
+        Adam learning rate.
+    hidden : tuple of int
+        Hidden widths of the MLP.
+    device : str
+        ``"auto"`` (CUDA when present), ``"cpu"`` or ``"cuda[:N]"``.
+    seed : int
+        Seeds network initialisation and every random draw of training.
+    callback : callable or None
+        ``callback(step, info)`` after every step; ``info`` holds ``loss`` and the
+        milliseconds spent in each part of the step (``ms_graph``, ...).
+
+    Attributes
+    ----------
+    model_ : SpectralMLP
+        The trained network; ``graph_`` the resolved graph settings, ``device_`` the
+        device, ``n_features_in_`` the input dimension, ``loss_curve_`` the loss per step.
+    """
+
+    #: The registry name, set by :func:`register`.
+    method_name: ClassVar[str]
+
+    def __init__(
+        self,
+        n_components: int = 10,
+        *,
+        graph: GraphConfig | dict | None = None,
+        operator: str = "normalized",
+        drop_trivial: bool = False,
+        diffusion_time: float = 1.0,
+        batch_size: int = 512,
+        n_iter: int = 1000,
+        lr: float = 1e-4,
+        hidden: tuple[int, ...] = HIDDEN_WIDTHS,
+        device: str = "auto",
+        seed: int = 0,
+        callback: StepCallback | None = None,
+    ):
+        self.n_components = n_components
+        self.graph = graph
+        self.operator = operator
+        self.drop_trivial = drop_trivial
+        self.diffusion_time = diffusion_time
+        self.batch_size = batch_size
+        self.n_iter = n_iter
+        self.lr = lr
+        self.hidden = hidden
+        self.device = device
+        self.seed = seed
+        self.callback = callback
+
+    # -- parameters -------------------------------------------------------------------
+    @classmethod
+    def parameter_names(cls) -> list[str]:
+        """Every constructor parameter, the subclass's and those it passes on (``**common``)."""
+        names: list[str] = []
+        for klass in reversed(cls.__mro__):
+            if "__init__" in vars(klass) and issubclass(klass, SpectralEstimator):
+                for p in inspect.signature(klass.__init__).parameters.values():
+                    if p.kind is p.KEYWORD_ONLY or (p.kind is p.POSITIONAL_OR_KEYWORD and p.name != "self"):
+                        if p.name not in names:
+                            names.append(p.name)
+        return sorted(names)
+
+    @classmethod
+    def _get_param_names(cls) -> list[str]:
+        # scikit-learn's get_params, set_params and clone read the parameters from here;
+        # its own version refuses the **common that subclasses pass on.
+        return cls.parameter_names()
+
+    def settings(self) -> dict[str, Any]:
+        """The parameters as JSON-friendly values (the callback left out): what
+        :meth:`save` stores and tracking logs."""
+        params = self.get_params(deep=False)
+        del params["callback"]
+        params["graph"] = GraphConfig.from_dict(self.graph).to_dict()
+        params["hidden"] = list(self.hidden)
+        return params
+
+    def _resolve(self) -> None:
+        """Parameters in the form the computation uses (fitted attributes)."""
+        self.graph_ = GraphConfig.from_dict(self.graph)
+        self.hidden_ = tuple(int(width) for width in self.hidden)
+
+    def _validate(self, n_samples: int) -> None:
+        self._resolve()
+        if self.operator not in OPERATORS:
+            raise ValueError(f"operator must be one of {list(OPERATORS)}, got {self.operator!r}")
+        for name in ("n_components", "batch_size", "n_iter"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be positive, got {self.lr!r}")
+        if self.batch_size > n_samples:
+            raise ValueError(
+                f"batch_size={self.batch_size} exceeds the number of training points (n_samples={n_samples})"
+            )
+        if self.n_components + int(self.drop_trivial) >= self.batch_size:
+            raise ValueError(f"n_components={self.n_components} must be smaller than batch_size={self.batch_size}")
+        if self.graph_.n_neighbors >= self.batch_size:
+            raise ValueError(
+                f"graph.n_neighbors={self.graph_.n_neighbors} must be smaller than batch_size={self.batch_size}"
+            )
+        resolve_device(self.device)
+
+    # -- the shared loop ---------------------------------------------------------------
+    def fit(self, X: Any, y: Any = None) -> SpectralEstimator:
+        """Train the network on features ``X`` (labels ``y`` are used only where a
+        method needs them, e.g. BASiS's stratified anchors)."""
+        self.start(X, y)
+        # The next batch and its analytic target do not depend on the network, so a
+        # worker thread prepares batch t+1 while the main thread steps on batch t
+        # (LAPACK and torch release the GIL). Draws happen in the same order either way,
+        # so a one-thread budget, which prepares each batch in turn, gives the same run.
+        with _split_cores(self.device_) as pipelined, ThreadPoolExecutor(max_workers=1) as worker:
+            prepare = worker.submit if pipelined else _run_now
+            pending = prepare(self.prepare_batch)
+            for step in range(self.n_iter):
+                start = time.perf_counter()
+                batch = pending.result()
+                if step + 1 < self.n_iter:
+                    pending = prepare(self.prepare_batch)
+                info = self.step(batch)
+                info["ms_step"] = (time.perf_counter() - start) * 1e3
+                if self.callback is not None:
+                    self.callback(step, info)
+        return self.finish()
+
+    def start(self, X: Any, y: Any = None) -> SpectralEstimator:
+        """Everything before the first step: input and parameter checks, network,
+        optimiser and the method's set-up (anchors, reference, targets). After it,
+        :meth:`step` trains one step at a time and :meth:`finish` ends training."""
+        X = check_features(X)
+        if y is not None:
+            y = np.asarray(y)
+            if y.shape != (X.shape[0],):
+                raise ValueError(f"y must have shape ({X.shape[0]},), got {y.shape}")
+        self._validate(X.shape[0])
+        self.device_ = resolve_device(self.device)
+        self.n_features_in_ = X.shape[1]
+        self.generator_ = torch.Generator().manual_seed(self.seed)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed)
+            self.model_ = self._build_model(X.shape[1]).to(self.device_)
+        self._training_data = torch.from_numpy(X).to(self.device_)
+        self._prepare(self._training_data, y)
+        self.optimizer_ = torch.optim.Adam(self.model_.parameters(), lr=self.lr)
+        self.loss_curve_: list[float] = []
+        self.model_.train()
+        return self
+
+    def _training_features(self, indices: torch.Tensor) -> torch.Tensor:
+        return self._training_data[indices.to(self._training_data.device)]
+
+    def prepare_batch(self, features_of: FeaturesOf | None = None) -> PreparedBatch:
+        """Draw the next batch and compute everything about it that does not need the
+        network (graph, analytic target, alignment), timed by part. ``features_of``
+        gives the features of training nodes by index (default: the rows of the
+        training data; Algorithm 2 passes the current features). Safe to run in a
+        worker thread while :meth:`step` runs on the previous batch."""
+        timer = StepTimer(self.device_)
+        n_train = len(self._training_data)
+        return PreparedBatch(self._next_batch(features_of or self._training_features, n_train, timer), timer)
+
+    def step(self, batch: PreparedBatch | None = None) -> dict[str, float]:
+        """One gradient step on ``batch`` (from :meth:`prepare_batch`; drawn now when
+        None). Returns the loss, the method's own measures and milliseconds per part."""
+        start = time.perf_counter()
+        batch = batch if batch is not None else self.prepare_batch()
+        self.model_.train()
+        loss, info = self._batch_loss(batch.content, batch.timer)
+        with batch.timer("gradient"):
+            self.optimizer_.zero_grad(set_to_none=True)
+            loss.backward()
+            self.optimizer_.step()
+            self.loss_curve_.append(float(loss.detach()))
+        return {"loss": self.loss_curve_[-1], **info, **batch.timer.ms, "ms_step": (time.perf_counter() - start) * 1e3}
+
+    def finish(self) -> SpectralEstimator:
+        """End training: the method's post-processing; the training data is let go."""
+        self.model_.eval()
+        self._finish(self._training_features, len(self._training_data))
+        del self._training_data
+        return self
+
+    def _build_model(self, in_dim: int) -> SpectralMLP:
+        return SpectralMLP(in_dim, self.n_components, self.hidden_)
+
+    def _sample(self, n: int, size: int, exclude: torch.Tensor | None = None) -> torch.Tensor:
+        """``size`` distinct random indices of [0, n), avoiding ``exclude``."""
+        if exclude is None:
+            return torch.randperm(n, generator=self.generator_)[:size]
+        allowed = torch.ones(n, dtype=torch.bool)
+        allowed[exclude.cpu()] = False
+        pool = allowed.nonzero().squeeze(1)
+        return pool[torch.randperm(len(pool), generator=self.generator_)[:size]]
+
+    def _embed_batch(self, X_batch: torch.Tensor, timer: StepTimer) -> torch.Tensor | None:
+        """Analytic embedding of one batch's graph (``embedding_def``), or None when the
+        batch graph has more components than eigenvectors requested (undefined)."""
+        with timer("graph"):
+            W = dense_affinity(X_batch, self.graph_)
+            if connected_components(W)[0] > self.n_components + int(self.drop_trivial):
+                return None
+        with timer("eigensolve"):
+            phi, _ = spectral_embedding(
+                W,
+                self.n_components,
+                operator=self.operator,
+                drop_trivial=self.drop_trivial,
+                diffusion_time=self.diffusion_time,
+                on_disconnected="ignore",
+            )
+        return phi
+
+    # -- hooks for the methods ---------------------------------------------------------
+    def _prepare(self, X: torch.Tensor, y: np.ndarray | None) -> None:
+        """Set-up before the first step (anchors, targets, graphs)."""
+
+    def _next_batch(self, features_of: FeaturesOf, n_train: int, timer: StepTimer) -> Any:
+        """Draw the next batch of [0, n_train) and everything about it that does not
+        need the network."""
+        raise NotImplementedError
+
+    def _batch_loss(self, batch: Any, timer: StepTimer) -> tuple[torch.Tensor, dict[str, float]]:
+        """The method's loss on one batch from :meth:`_next_batch`."""
+        raise NotImplementedError
+
+    def _finish(self, features_of: FeaturesOf, n_train: int) -> None:
+        """Post-processing after the last step."""
+
+    # -- inference and persistence -----------------------------------------------------
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "model_"):
+            raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit first")
+
+    def transform(self, X: Any, *, chunk_size: int = 8192) -> np.ndarray:
+        """Embedding of new points, shape (n, n_components), float64."""
+        self._check_fitted()
+        X = check_features(X)
+        if X.shape[1] != self.n_features_in_:
+            raise ValueError(
+                f"X has {X.shape[1]} features, but {type(self).__name__} is expecting {self.n_features_in_} features"
+                " as input"
+            )
+        self.model_.eval()
+        with torch.no_grad():
+            parts = [
+                self.model_.embed(torch.from_numpy(X[i : i + chunk_size]).to(self.device_)).cpu()
+                for i in range(0, len(X), chunk_size)
+            ]
+        return torch.cat(parts).numpy()
+
+    def save(self, path: str | Path) -> None:
+        """Write parameters and weights to ``path`` (loadable with ``weights_only=True``)."""
+        self._check_fitted()
+        state = {
+            "method": self.method_name,
+            "params": self.settings(),
+            "n_features_in": self.n_features_in_,
+            "state_dict": {k: v.cpu() for k, v in self.model_.state_dict().items()},
+        }
+        torch.save(state, Path(path))
+
+    @staticmethod
+    def load(path: str | Path, *, device: str = "auto") -> SpectralEstimator:
+        """Rebuild a fitted estimator saved with :meth:`save`."""
+        try:
+            state = torch.load(Path(path), map_location="cpu", weights_only=True)
+            cls = METHODS[state["method"]]
+            estimator = cls(**dict(state["params"], device=device))
+            estimator._resolve()
+            estimator.device_ = resolve_device(device)
+            estimator.n_features_in_ = int(state["n_features_in"])
+            estimator.model_ = estimator._build_model(estimator.n_features_in_)
+            estimator.model_.load_state_dict(state["state_dict"])
+        except (KeyError, TypeError, RuntimeError, EOFError, OSError) as err:
+            if isinstance(err, FileNotFoundError):
+                raise
+            raise ValueError(f"{path} is not a valid basis checkpoint: {err}") from err
+        estimator.model_.to(estimator.device_).eval()
+        return estimator

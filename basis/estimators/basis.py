@@ -1,0 +1,234 @@
+"""BASiS, the paper's Algorithm 1: a network trained on batch embeddings aligned
+to one reference through anchor nodes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from basis.alignment import TOLERANCE_MODES, align_affine, apply_affine, ransac_affine
+from basis.estimators.base import FeaturesOf, SpectralEstimator, StepTimer, register
+
+
+@register("basis")
+class BASiS(SpectralEstimator):
+    """Batch Aligned Spectral Embedding Space (Algorithm 1).
+
+    After ``fit``: ``anchor_indices_``, ``reference_indices_`` and
+    ``reference_embedding_`` (the reference batch V^ref and its embedding),
+    ``reference_anchor_embedding_`` (what batches are aligned to; see
+    :meth:`set_reference`), ``n_fallbacks_`` (RANSAC fallbacks to least squares) and
+    ``n_redrawn_batches_`` (batches redrawn because their graph was too disconnected to
+    embed).
+
+    Every iteration embeds a fresh batch (anchors + m - l new points) analytically,
+    aligns it to the reference embedding through the anchors (RANSAC over affine maps,
+    ``eq:stepAffie_transformation_least_squares2``) and takes one MSE step
+    (``ltsnet_loss``).
+
+    Parameters (beyond :class:`SpectralEstimator`'s)
+    ----------
+    anchors : {"stratified", "random"}
+        ``stratified`` draws ``anchors_per_class`` nodes from every class (needs ``y``);
+        ``random`` draws ``n_anchors`` nodes. Drawn with the run's seed.
+    anchors_per_class, n_anchors : int
+        Anchor counts for the two modes (paper: 25 per class).
+    anchor_indices : sequence of int or None
+        Fixed anchor nodes (e.g. the toy examples' hand-placed ones); overrides the draw.
+    alignment : {"ransac", "lstsq", "none"}
+        How each batch is aligned to the reference; ``none`` and ``lstsq`` are ablations.
+    anchor_outliers : float
+        Fraction of the anchor slots of every batch after the reference batch that hold a
+        random node of another class (any other node without labels) instead of the
+        anchor: gross outliers in the anchor correspondence, for the alignment ablation.
+        0 (default) in every real use.
+    ransac_iter, ransac_sample_size, ransac_tolerance, ransac_tolerance_mode :
+        RANSAC settings. The tolerance is relative to the reference anchors' RMS row norm
+        by default (0.25; see :func:`basis.alignment.inlier_threshold`); the authors used an
+        absolute one (``ransac_tolerance=0.1, ransac_tolerance_mode="absolute"``; three
+        moons: 5 anchors per sample and 0.01).
+    """
+
+    MAX_REDRAWS = 20
+
+    def __init__(
+        self,
+        n_components: int = 10,
+        *,
+        anchors: str = "stratified",
+        anchors_per_class: int = 25,
+        n_anchors: int = 250,
+        anchor_indices: list[int] | None = None,
+        alignment: str = "ransac",
+        anchor_outliers: float = 0.0,
+        ransac_iter: int = 100,
+        ransac_sample_size: int = 20,
+        ransac_tolerance: float = 0.25,
+        ransac_tolerance_mode: str = "relative",
+        **common: Any,
+    ):
+        super().__init__(n_components, **common)
+        self.anchors = anchors
+        self.anchors_per_class = anchors_per_class
+        self.n_anchors = n_anchors
+        self.anchor_indices = anchor_indices
+        self.alignment = alignment
+        self.anchor_outliers = anchor_outliers
+        self.ransac_iter = ransac_iter
+        self.ransac_sample_size = ransac_sample_size
+        self.ransac_tolerance = ransac_tolerance
+        self.ransac_tolerance_mode = ransac_tolerance_mode
+
+    def _validate(self, n_samples: int) -> None:
+        super()._validate(n_samples)
+        if self.anchors not in ("stratified", "random"):
+            raise ValueError(f"anchors must be 'stratified' or 'random', got {self.anchors!r}")
+        if self.alignment not in ("ransac", "lstsq", "none"):
+            raise ValueError(f"alignment must be one of ['ransac', 'lstsq', 'none'], got {self.alignment!r}")
+        if not 0.0 <= self.anchor_outliers < 1.0:
+            raise ValueError(f"anchor_outliers must be in [0, 1), got {self.anchor_outliers!r}")
+        if self.ransac_tolerance_mode not in TOLERANCE_MODES:
+            raise ValueError(
+                f"ransac_tolerance_mode must be one of {list(TOLERANCE_MODES)}, got {self.ransac_tolerance_mode!r}"
+            )
+
+    def _choose_anchors(self, n: int, y: np.ndarray | None) -> torch.Tensor:
+        if self.anchor_indices is not None:
+            fixed = [int(i) for i in self.anchor_indices]
+            idx = torch.as_tensor(fixed, dtype=torch.int64)
+            if len(set(fixed)) != len(idx) or idx.min() < 0 or idx.max() >= n:
+                raise ValueError(f"anchor_indices must be distinct indices in [0, {n})")
+            return idx
+        if self.anchors == "random":
+            return self._sample(n, self.n_anchors)
+        if y is None:
+            raise ValueError("anchors='stratified' needs labels y; pass y to fit or use anchors='random'")
+        chosen = []
+        for label in np.unique(y):
+            members = torch.from_numpy(np.flatnonzero(y == label))
+            if len(members) < self.anchors_per_class:
+                raise ValueError(
+                    f"class {label!r} has {len(members)} points, fewer than anchors_per_class={self.anchors_per_class}"
+                )
+            chosen.append(members[torch.randperm(len(members), generator=self.generator_)[: self.anchors_per_class]])
+        return torch.cat(chosen)
+
+    def _prepare(self, X: torch.Tensor, y: np.ndarray | None) -> None:
+        anchors = self._choose_anchors(X.shape[0], y)
+        n_anchors, dim = len(anchors), self.n_components
+        if self.alignment != "none" and n_anchors < dim + 1:
+            raise ValueError(f"{n_anchors} anchors cannot fix an affine map in K={dim}: at least K+1={dim + 1} needed")
+        if self.alignment == "ransac" and not dim + 1 <= self.ransac_sample_size <= n_anchors:
+            raise ValueError(
+                f"ransac_sample_size must be between K+1={dim + 1} and the number of anchors {n_anchors},"
+                f" got {self.ransac_sample_size}"
+            )
+        if n_anchors >= self.batch_size:
+            raise ValueError(f"{n_anchors} anchors leave no room in a batch of {self.batch_size}")
+        self.anchor_indices_ = anchors
+        self.class_codes_ = None if y is None else torch.as_tensor(np.unique(y, return_inverse=True)[1])
+        self.ransac_generator_ = torch.Generator().manual_seed(self.seed + 1)
+        self.n_fallbacks_ = self.n_redrawn_batches_ = 0
+        self.reference_indices_, _, self.reference_embedding_ = self._draw_embedded_batch(
+            X.shape[0], lambda batch: X[batch.to(X.device)], StepTimer(self.device_)
+        )
+        self.reference_anchor_embedding_ = self.reference_embedding_[:n_anchors]
+
+    # -- the public pieces of Algorithm 1 that Algorithm 2 recombines -------------------
+    def set_reference(self, anchor_embedding: torch.Tensor) -> None:
+        """Align later batches to ``anchor_embedding`` (one row per anchor), e.g. the
+        reference re-embedded on new features and mapped by T_G (Algorithm 2)."""
+        if anchor_embedding.shape != self.reference_anchor_embedding_.shape:
+            raise ValueError(
+                f"the reference anchor embedding must have shape {tuple(self.reference_anchor_embedding_.shape)},"
+                f" got {tuple(anchor_embedding.shape)}"
+            )
+        self.reference_anchor_embedding_ = anchor_embedding
+
+    def embed_batch(self, X_batch: torch.Tensor) -> torch.Tensor | None:
+        """Analytic embedding of the graph of ``X_batch`` with this estimator's settings,
+        or None when the graph has more components than eigenvectors."""
+        return self._embed_batch(X_batch, StepTimer(self.device_))
+
+    def ransac_options(self) -> dict[str, Any]:
+        """This estimator's RANSAC settings and generator, as :func:`~basis.alignment.ransac_affine` takes them."""
+        return {
+            "n_iter": self.ransac_iter,
+            "sample_size": self.ransac_sample_size,
+            "tolerance": self.ransac_tolerance,
+            "tolerance_mode": self.ransac_tolerance_mode,
+            "generator": self.ransac_generator_,
+        }
+
+    def align(self, phi_batch: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        """Align a batch embedding whose first rows are the anchors to the reference."""
+        n_anchors = len(self.anchor_indices_)
+        source, target = phi_batch[:n_anchors], self.reference_anchor_embedding_
+        if self.alignment == "none":
+            return phi_batch, {"inlier_fraction": float("nan")}
+        if self.alignment == "lstsq":
+            result = align_affine(source, target)
+        else:
+            result = ransac_affine(source, target, **self.ransac_options())
+            self.n_fallbacks_ += int(result.fallback)
+        return apply_affine(result.transform, phi_batch), {"inlier_fraction": float(result.inliers.float().mean())}
+
+    def _corrupt_anchor_slots(self, batch: torch.Tensor, n: int) -> torch.Tensor:
+        """``batch`` with ``anchor_outliers`` of its anchor slots holding a random node of
+        another class, outside the batch (see the class parameters)."""
+        n_anchors = len(self.anchor_indices_)
+        slots = torch.randperm(n_anchors, generator=self.generator_)[: round(self.anchor_outliers * n_anchors)]
+        batch = batch.clone()
+        for slot in slots.tolist():
+            allowed = torch.ones(n, dtype=torch.bool)
+            allowed[batch] = False
+            if self.class_codes_ is not None:
+                allowed &= self.class_codes_ != self.class_codes_[batch[slot]]
+            pool = allowed.nonzero().squeeze(1)
+            batch[slot] = pool[torch.randint(len(pool), (1,), generator=self.generator_)]
+        return batch
+
+    def _draw_embedded_batch(
+        self, n: int, features_of: FeaturesOf, timer: StepTimer, corrupt: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Anchors + m - l random nodes of [0, n): their indices, features (from
+        ``features_of(indices)``) and embedding; with ``corrupt``, some anchor slots hold
+        outliers (``anchor_outliers``). A batch whose graph splits into more components than
+        eigenvectors has no defined embedding; it is redrawn (counted in
+        ``n_redrawn_batches_``), up to ``MAX_REDRAWS`` times."""
+        anchors = self.anchor_indices_
+        for _ in range(self.MAX_REDRAWS):
+            batch = torch.cat([anchors, self._sample(n, self.batch_size - len(anchors), exclude=anchors)])
+            if corrupt and self.anchor_outliers > 0:
+                batch = self._corrupt_anchor_slots(batch, n)
+            X_batch = features_of(batch)
+            phi = self._embed_batch(X_batch, timer)
+            if phi is not None:
+                return batch, X_batch, phi
+            self.n_redrawn_batches_ += 1
+        raise ValueError(
+            f"{self.MAX_REDRAWS} batches in a row had a graph with more than"
+            f" {self.n_components + int(self.drop_trivial)} connected components; increase graph.n_neighbors"
+            " or batch_size"
+        )
+
+    def _next_batch(self, features_of: FeaturesOf, n_train: int, timer: StepTimer) -> tuple[torch.Tensor, ...]:
+        """A drawn batch (see :meth:`_draw_embedded_batch`): its features and its embedding
+        aligned to the reference, with the alignment's info."""
+        _, X_batch, phi = self._draw_embedded_batch(n_train, features_of, timer, corrupt=True)
+        with timer("alignment"):
+            phi, info = self.align(phi)
+        return X_batch, phi, info
+
+    def _batch_loss(self, batch, timer: StepTimer) -> tuple[torch.Tensor, dict[str, float]]:
+        X_batch, phi, info = batch
+        with timer("gradient"):
+            loss = basis_loss(self.model_(X_batch), phi)
+        return loss, info
+
+
+def basis_loss(Y: torch.Tensor, phi: torch.Tensor) -> torch.Tensor:
+    """(1/m) sum_i ||y_i - phi_i||^2 against the aligned batch embedding (``ltsnet_loss``)."""
+    return ((Y - phi) ** 2).sum(dim=1).mean()

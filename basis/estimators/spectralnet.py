@@ -1,0 +1,94 @@
+"""SpectralNet (Shaham et al.; the paper's SpecNet1), a baseline of Table 1."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from basis.estimators.base import FeaturesOf, SpectralEstimator, StepTimer, register
+from basis.graph import dense_affinity
+from basis.models import SpectralMLP
+
+
+@register("specnet1")
+class SpectralNet(SpectralEstimator):
+    """SpectralNet (Shaham et al.): ratio-cut loss with an orthonormalisation layer.
+
+    Each step computes the orthonormalisation weights W_orth = sqrt(m) R^-1 from the QR
+    of the net's output on a separate batch (sign fixed so that diag R > 0; gradients
+    flow through it, as in the PyTorch package 1.1.0), then minimises ``spectralnet_loss``
+    (1/m^2) sum_ij W_ij ||y_i - y_j||^2 on the training
+    batch. For L_N the outputs are divided by sqrt(degree) inside the loss. The last
+    W_orth is stored for inference. SpectralNet learns the K smallest eigenvectors
+    including the trivial one. Its last layer is bounded by ``output_activation``
+    (tanh, as in SpectralNet) before the orthonormalisation. The paper calls it
+    SpecNet1; its method key is ``specnet1``.
+    """
+
+    def __init__(self, n_components: int = 10, *, output_activation: str | None = "tanh", **common: Any):
+        super().__init__(n_components, **common)
+        self.output_activation = output_activation
+
+    def _build_model(self, in_dim: int) -> SpectralMLP:
+        return SpectralMLP(in_dim, self.n_components, self.hidden_, output_activation=self.output_activation)
+
+    def _validate(self, n_samples: int) -> None:
+        super()._validate(n_samples)
+        if self.drop_trivial:
+            raise ValueError(
+                "SpectralNet learns the K smallest eigenvectors including the trivial one: use drop_trivial=False"
+            )
+        if self.operator == "diffusion":
+            raise ValueError(
+                "SpectralNet learns L or L_N eigenvectors: operator must be 'unnormalized' or 'normalized'"
+            )
+
+    def _orthonormal_weights(self, X_orth: torch.Tensor) -> torch.Tensor:
+        """W_orth = sqrt(m) R^-1 from the QR of the net's output on ``X_orth`` (diag R > 0),
+        in float64 and differentiable; the stored copy for inference is detached."""
+        q, r = torch.linalg.qr(self.model_(X_orth).double())
+        signs = torch.sign(torch.diagonal(r)).detach()
+        signs[signs == 0] = 1
+        w_orth = np.sqrt(X_orth.shape[0]) * torch.linalg.inv(r * signs[:, None])
+        with torch.no_grad():
+            self.model_.output_map.copy_(w_orth)
+        return w_orth
+
+    def orthonormalize(self, X_batch: torch.Tensor) -> torch.Tensor:
+        """Recompute W_orth from ``X_batch`` and return the orthonormal output Y (m x K)
+        with Y^T Y / m = I."""
+        with torch.no_grad():
+            w_orth = self._orthonormal_weights(X_batch)
+            return self.model_(X_batch).double() @ w_orth
+
+    def _next_batch(self, features_of: FeaturesOf, n_train: int, timer: StepTimer) -> tuple[torch.Tensor, ...]:
+        X_orth = features_of(self._sample(n_train, self.batch_size))
+        X_batch = features_of(self._sample(n_train, self.batch_size))
+        with timer("graph"):
+            W = dense_affinity(X_batch, self.graph_)
+        return X_orth, X_batch, W
+
+    def _batch_loss(self, batch, timer: StepTimer) -> tuple[torch.Tensor, dict[str, float]]:
+        X_orth, X_batch, W = batch
+        with timer("gradient"):
+            # As in the PyTorch package, the gradient also flows through W_orth (the QR of
+            # the orthonormalisation batch); with W_orth held fixed the net can lower the
+            # loss by shrinking its output, which the next W_orth undoes, and it collapses.
+            Y = self.model_(X_batch).double() @ self._orthonormal_weights(X_orth)
+            W = W.double()
+            if self.operator == "normalized":
+                Y = Y / W.sum(dim=1, keepdim=True).sqrt()
+            loss = spectralnet_loss(Y, W)
+        return loss, {}
+
+    def _finish(self, features_of: FeaturesOf, n_train: int) -> None:
+        self.orthonormalize(features_of(self._sample(n_train, self.batch_size)))
+
+
+def spectralnet_loss(Y: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
+    """(1/m^2) sum_ij W_ij ||y_i - y_j||^2 = (2/m^2) tr(Y^T L Y) (``spectralnet_loss``)."""
+    m = Y.shape[0]
+    degrees = W.sum(dim=1)
+    return 2.0 / m**2 * ((Y * (degrees[:, None] * Y)).sum() - (Y * (W @ Y)).sum())
