@@ -6,6 +6,7 @@ import argparse
 import json
 import logging
 import sys
+import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,7 +32,7 @@ def _maybe_tracked(args: argparse.Namespace, run_name: str, tags: dict[str, str]
     if not args.track:
         yield None
         return
-    from basis.experiment import parse_assignment
+    from basis.settings import parse_assignment
     from basis.tracking import tracked_run
 
     for text in args.tag:
@@ -42,7 +43,9 @@ def _maybe_tracked(args: argparse.Namespace, run_name: str, tags: dict[str, str]
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from basis.experiment import load_inputs, resolve_settings, run_method
+    from basis.data import load_inputs
+    from basis.experiment import run_method
+    from basis.settings import resolve_settings
 
     settings = resolve_settings(args.method, assignments=args.set, dataset=args.dataset)
     data = load_inputs(args.dataset, args.features, seed=args.data_seed, root=args.data_root)
@@ -89,8 +92,37 @@ def cmd_run(args: argparse.Namespace) -> int:
             if args.out:
                 for name in ("metrics.json", "embedding.npz", "model.pt"):
                     run.log_artifact(Path(args.out) / name)
-            run.log_torch_model(result.estimator.model_, np.asarray(data.X_test[:2], dtype=np.float32))
+            checkpoint = Path(args.out) / "model.pt" if args.out else None
+            if checkpoint is None:  # the model is logged from a checkpoint file
+                checkpoint = Path(tempfile.mkdtemp()) / "model.pt"
+                result.estimator.save(checkpoint)
+            inputs = (
+                f"{data.X_test.shape[1]}-d Siamese features of {args.dataset} images (python -m basis features);"
+                " embed images end to end with the run's siamese.pt: python -m basis embed --siamese"
+                if args.features
+                else f"raw {args.dataset} points ({data.X_test.shape[1]} features)"
+            )
+            description = f"{args.method} embedding into R^{result.test_embedding.shape[1]}; input: {inputs}"
+            run.set_description(description)
+            if args.siamese:
+                run.log_artifact(args.siamese)
+            run.log_embedding_model(checkpoint, data.X_test[:5], description)
     _print(output, args.json)
+    return 0
+
+
+def cmd_embed(args: argparse.Namespace) -> int:
+    from basis.serving import load_embedding
+
+    inputs = np.load(args.input, allow_pickle=False)
+    if args.siamese:  # images -> the Siamese features the model was trained on
+        from basis.features import SiameseFeatures
+
+        inputs = SiameseFeatures.load(args.siamese, device=args.device).transform(inputs)
+    embedding = np.asarray(load_embedding(args.model)(inputs))
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    np.save(args.out, embedding)
+    _print({"n": int(embedding.shape[0]), "n_components": int(embedding.shape[1]), "out": str(args.out)}, args.json)
     return 0
 
 
@@ -113,8 +145,10 @@ def cmd_download(args: argparse.Namespace) -> int:
 
 
 def cmd_reference(args: argparse.Namespace) -> int:
+    from basis.data import load_inputs
     from basis.device import resolve_device
-    from basis.experiment import load_inputs, resolve_settings, save_reference
+    from basis.references import save_reference
+    from basis.settings import resolve_settings
 
     settings = resolve_settings("basis", assignments=args.set, dataset=args.dataset)
     data = load_inputs(args.dataset, args.features, seed=args.data_seed, root=args.data_root)
@@ -186,13 +220,14 @@ def cmd_features(args: argparse.Namespace) -> int:
 
 
 def cmd_study(args: argparse.Namespace) -> int:
-    from basis.studies import STUDIES, save_study, study_options
+    from basis.catalog import study_parameters
+    from basis.studies import STUDIES, save_study
 
     if args.name not in STUDIES:
         raise ValueError(f"unknown study {args.name!r}; valid: {sorted(STUDIES)}")
-    options = _options(args.set, study_options(args.name), f"study {args.name!r}")
+    options = _options(args.set, study_parameters(args.name), f"study {args.name!r}")
     study = STUDIES[args.name]
-    accepted = study_options(args.name, include_common=True)
+    accepted = study_parameters(args.name, include_common=True)
     common = {"seed": args.seed, "data_seed": args.data_seed, "device": args.device, "data_root": args.data_root}
     options.update({k: v for k, v in common.items() if k in accepted})
     tags = {"study": args.name, "seed": str(args.seed)}
@@ -242,7 +277,7 @@ def cmd_figure(args: argparse.Namespace) -> int:
 
 def _options(assignments: list[str], valid: list[str], what: str) -> dict:
     """``key=value`` assignments as a dict, refusing keys outside ``valid``."""
-    from basis.experiment import parse_assignment
+    from basis.settings import parse_assignment
 
     options = {}
     for text in assignments:
@@ -288,7 +323,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--out", help="folder for the model, embeddings and metrics")
     run.add_argument("--reference", help="stored analytic embedding of the test split (from 'basis reference')")
+    run.add_argument("--siamese", help="the Siamese network behind --features, logged with the model (with --track)")
     run.set_defaults(func=cmd_run)
+
+    embed = sub.add_parser("embed", help="embed new data with a saved model.pt or a logged MLflow model")
+    embed.add_argument(
+        "--model", required=True, help="a model.pt checkpoint or an MLflow model URI (runs:/<id>/model, ...)"
+    )
+    embed.add_argument("--input", required=True, help=".npy of points (or of images, with --siamese)")
+    embed.add_argument("--out", required=True, help=".npy to write the embedding to")
+    embed.add_argument("--siamese", help="a Siamese network checkpoint that turns images into the model's input")
+    embed.set_defaults(func=cmd_embed)
 
     download = sub.add_parser("download", help="fetch a data set (or check it is in place) and summarise it")
     download.add_argument("--dataset", required=True, choices=DATASETS)
@@ -354,7 +399,7 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument(
             "--store", default="results/mlflow", help="folder of the SQLite store (unless MLFLOW_TRACKING_URI is set)"
         )
-    for command in (run, features, study, figure, bench, tracking, download, reference):
+    for command in (run, features, study, figure, bench, tracking, download, reference, embed):
         command.add_argument("--seed", type=int, default=0)
         command.add_argument("--device", default="auto")
         command.add_argument("--json", action="store_true", help="print one JSON object")

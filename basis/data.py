@@ -18,6 +18,7 @@ from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
 from basis import bunny, toy
+from basis.catalog import DATASETS, FEATURE_SETS, IMAGE_SETS  # noqa: F401 (the names, re-exported)
 
 DEFAULT_ROOT = Path("resources/data")
 
@@ -215,12 +216,6 @@ def load_bunny(
     return _split("bunny", frames[:, None], angles, seed, n_test, stratify=False)
 
 
-IMAGE_SETS = ("mnist", "fashion_mnist", "svhn", "cifar10")
-#: Data sets whose images are embedded through Siamese features before the spectral methods.
-FEATURE_SETS = (*IMAGE_SETS, "digits")
-DATASETS = (*toy.TOY_SETS, "digits", "bunny", *IMAGE_SETS)
-
-
 def load_dataset(
     name: str, *, root: str | Path = DEFAULT_ROOT, seed: int = 0, download: bool = True, **options: Any
 ) -> Dataset:
@@ -234,3 +229,18 @@ def load_dataset(
     if name == "bunny":
         return load_bunny(seed=seed, **options)
     return load_toy(name, seed=seed, **options)
+
+
+def load_inputs(
+    dataset: str, features: str | Path | None = None, seed: int = 0, root: str | Path = "resources/data"
+) -> Dataset:
+    """A data set's flat features: a features ``.npz`` (from ``basis features``) or the raw set."""
+    if features is not None:
+        with np.load(Path(features)) as data:
+            missing = {"X_train", "y_train", "X_test", "y_test"} - set(data.files)
+            if missing:
+                raise ValueError(f"features file {features} lacks {sorted(missing)}")
+            return Dataset(dataset, data["X_train"], data["y_train"], data["X_test"], data["y_test"])
+    data = load_dataset(dataset, seed=seed, root=root)
+    X_train, X_test = data.flat()
+    return Dataset(dataset, X_train, data.y_train, X_test, data.y_test)

@@ -20,8 +20,8 @@ import torch
 from basis import metrics
 from basis.alignment import apply_affine, global_transform
 from basis.estimators import BASiS
-from basis.experiment import analytic_embedding
 from basis.features import SiameseFeatures
+from basis.references import analytic_embedding
 
 
 @dataclass
@@ -127,7 +127,7 @@ class FeatureChangeTrainer:
         )
         self.spectral = BASiS(
             n_components,
-            graph=graph or {"n_neighbors": 50, "scale": "local", "scale_neighbor": 7},
+            graph=graph,
             operator=operator,
             drop_trivial=drop_trivial,
             batch_size=batch_size,

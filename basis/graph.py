@@ -9,83 +9,12 @@ choice is a field of :class:`GraphConfig`.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, fields
-from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 import torch
 
-SCALE_RULES = ("local", "global", "fixed")
-KERNELS = ("paper", "code")
-SYMMETRIZATIONS = ("mean", "max")
-
-
-@dataclass(frozen=True)
-class GraphConfig:
-    """How a kNN Gaussian affinity is built.
-
-    Parameters
-    ----------
-    n_neighbors : int
-        Neighbours per node, the node itself included (as in the authors' code).
-    scale : {"local", "global", "fixed"}
-        ``local``: sigma_i is the distance from node i to its ``scale_neighbor``-th
-        neighbour. ``global``: one sigma, the median of those distances.
-        ``fixed``: ``sigma`` as given.
-    scale_neighbor : int
-        Which neighbour sets the scale (0 is the node itself).
-    sigma : float or None
-        The bandwidth for ``scale="fixed"``.
-    kernel : {"paper", "code"}
-        ``paper``: exp(-d^2 / (2 sigma^2)) as printed; ``code``: exp(-d^2 / sigma^2).
-    symmetrize : {"mean", "max"}
-        (W + W^T) / 2 (authors' code) or the elementwise maximum.
-    self_loops : bool
-        Keep W_ii = 1 (authors' code) or zero the diagonal.
-    """
-
-    n_neighbors: int = 50
-    scale: str = "local"
-    scale_neighbor: int = 7
-    sigma: float | None = None
-    kernel: str = "paper"
-    symmetrize: str = "mean"
-    self_loops: bool = True
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.n_neighbors, int) or self.n_neighbors < 2:
-            raise ValueError(f"n_neighbors must be an integer >= 2, got {self.n_neighbors!r}")
-        _check_choice("scale", self.scale, SCALE_RULES)
-        _check_choice("kernel", self.kernel, KERNELS)
-        _check_choice("symmetrize", self.symmetrize, SYMMETRIZATIONS)
-        if self.scale == "fixed" and (self.sigma is None or not self.sigma > 0):
-            raise ValueError("sigma must be a positive number when scale='fixed'")
-        if self.scale != "fixed" and not 0 < self.scale_neighbor < self.n_neighbors:
-            raise ValueError(
-                f"scale_neighbor must be in [1, n_neighbors - 1] = [1, {self.n_neighbors - 1}],"
-                f" got {self.scale_neighbor}"
-            )
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any] | "GraphConfig" | None) -> "GraphConfig":
-        """Build from a mapping, naming any unknown key in the error."""
-        if isinstance(values, GraphConfig):
-            return values
-        values = dict(values or {})
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown graph option(s) {unknown}; valid: {sorted(known)}")
-        return cls(**values)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
+from basis.settings import GraphConfig
 
 
 def knn(X: torch.Tensor, n_neighbors: int, *, chunk_size: int = 2048) -> tuple[torch.Tensor, torch.Tensor]:

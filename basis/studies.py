@@ -17,19 +17,77 @@ import numpy as np
 import torch
 
 from basis import metrics
-from basis.alignment import align_affine, apply_affine
+from basis.alignment import align_affine, apply_affine, ransac_affine
 from basis.bunny import circular_correlation
 from basis.data import load_bunny, load_dataset
 from basis.estimators import BASiS
-from basis.experiment import analytic_embedding, anchor_spread
 from basis.feature_change import FeatureChangeTrainer, snapshot_arrays, summarize
 from basis.graph import GraphConfig, dense_affinity
+from basis.references import analytic_embedding
 from basis.spectral import spectral_embedding
 from basis.toy import TOY_SETS, three_moons, three_moons_anchors
 
 Study = tuple[dict[str, float], dict[str, np.ndarray]]
 #: The authors' toy graph: k = 15 with one global scale; L = D - W, trivial vector dropped.
 TOY_GRAPH = {"n_neighbors": 15, "scale": "global", "scale_neighbor": 7}
+
+
+def anchor_spread(
+    X: np.ndarray,
+    anchors: np.ndarray,
+    *,
+    n_batches: int = 20,
+    batch_size: int = 256,
+    n_components: int = 2,
+    graph: dict | GraphConfig | None = None,
+    operator: str = "unnormalized",
+    drop_trivial: bool = True,
+    ransac: dict | None = None,
+    n_held_out: int = 9,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """The anchors' embedding over independent batches, before and after alignment (Fig. 3).
+
+    Each batch is the anchors, ``n_held_out`` fixed other nodes, and ``batch_size`` random
+    other nodes. After alignment every batch is mapped onto the first one through the
+    anchors (RANSAC). The spread is the standard deviation across batches, averaged over
+    nodes and coordinates. The anchors' spread after alignment is small partly because the
+    map is fitted on them; the held-out nodes, in every batch but not in the fit, show
+    whether the aligned eigenvectors agree beyond the anchors.
+    """
+    config = GraphConfig.from_dict(graph)
+    rng = np.random.default_rng(seed)
+    held_out = rng.choice(np.setdiff1d(np.arange(len(X)), anchors), n_held_out, replace=False)
+    fixed = np.concatenate([anchors, held_out])
+    others = np.setdiff1d(np.arange(len(X)), fixed)
+    ransac = {"sample_size": 5, "tolerance": 0.01, "tolerance_mode": "absolute", **(ransac or {})}
+    raw, aligned = [], []
+    for _ in range(n_batches):
+        batch = np.concatenate([fixed, rng.choice(others, batch_size, replace=False)])
+        W = dense_affinity(torch.as_tensor(X[batch], dtype=torch.float64), config)
+        phi, _ = spectral_embedding(
+            W, n_components, operator=operator, drop_trivial=drop_trivial, on_disconnected="ignore"
+        )
+        raw.append(phi[: len(fixed)])
+        if not aligned:
+            aligned.append(phi[: len(fixed)])
+            continue
+        fit = ransac_affine(
+            phi[: len(anchors)], aligned[0][: len(anchors)], generator=torch.Generator().manual_seed(seed), **ransac
+        )
+        aligned.append(apply_affine(fit.transform, phi[: len(fixed)]))
+    raw_np, aligned_np = np.stack([r.numpy() for r in raw]), np.stack([a.numpy() for a in aligned])
+    result: dict[str, Any] = {"before": raw_np[:, : len(anchors)], "after": aligned_np[:, : len(anchors)]}
+    for name, rows in (("", slice(0, len(anchors))), ("held_out_", slice(len(anchors), None))):
+        before, after = float(raw_np[:, rows].std(axis=0).mean()), float(aligned_np[:, rows].std(axis=0).mean())
+        result.update(
+            {
+                f"{name}spread_before": before,
+                f"{name}spread_after": after,
+                f"{name}reduction": before / max(after, 1e-300),
+            }
+        )
+    return result
 
 
 def toy_example(
@@ -342,23 +400,6 @@ STUDIES: dict[str, Callable[..., Study]] = {
     "bunny": bunny_diffusion_maps,
     "feature_change": feature_change,
 }
-
-
-#: Options every study may take from the command line's common flags, not from --set.
-COMMON_OPTIONS = ("seed", "data_seed", "device", "data_root", "callback")
-
-
-def study_options(name: str, include_common: bool = False) -> list[str]:
-    """The keyword options of a study (for ``feature_change`` also the trainer's)."""
-    import inspect
-
-    parameters = inspect.signature(STUDIES[name]).parameters
-    names = [p.name for p in parameters.values() if p.kind is not p.VAR_KEYWORD]
-    if any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
-        names += [
-            p for p in inspect.signature(FeatureChangeTrainer).parameters if p not in ("seed", "device", "callback")
-        ]
-    return names if include_common else [n for n in names if n not in COMMON_OPTIONS]
 
 
 def save_study(folder: str | Path, result: dict[str, float], arrays: dict[str, np.ndarray]) -> None:

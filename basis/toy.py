@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 from sklearn.datasets import make_blobs, make_circles, make_moons
 
+from basis import catalog
+
 
 def three_moons(n_per_moon: int = 3330, noise: float = 0.07, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """The authors' three moons: radius 1 at the origin, radius 1.5 inverted around
@@ -67,4 +69,5 @@ def spirals(n: int = 9000, noise: float = 0.05, turns: float = 1.5, seed: int = 
     return X.astype(np.float32), np.repeat(np.arange(2), half)
 
 
-TOY_SETS = {"three_moons": three_moons, "two_moons": two_moons, "circles": circles, "blobs": blobs, "spirals": spirals}
+#: Name -> generator, for the names of :data:`basis.catalog.TOY_SETS`.
+TOY_SETS = dict(zip(catalog.TOY_SETS, (three_moons, two_moons, circles, blobs, spirals), strict=True))

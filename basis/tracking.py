@@ -135,20 +135,59 @@ class TrackedRun:
     def log_artifact(self, path: str | Path, folder: str | None = None) -> None:
         self.client.log_artifact(self.run_id, str(path), folder)
 
-    def log_torch_model(self, module, input_example) -> None:
-        """The network as an MLflow PyTorch model (a LoggedModel in MLflow 3), traced
-        on ``input_example`` (a few input rows) from a CPU copy."""
-        import copy
-
+    def log_embedding_model(self, checkpoint: str | Path, input_example, description: str) -> None:
+        """The fitted estimator saved at ``checkpoint`` as this run's MLflow model: its
+        prediction is the estimator's ``transform`` (see :mod:`basis.serving`)."""
         import mlflow
 
+        from basis.serving import log_embedding_model
+
         with mlflow.start_run(run_id=self.run_id):
-            mlflow.pytorch.log_model(
-                copy.deepcopy(module).cpu().eval(),
-                name="model",
-                input_example=input_example,
-                pip_requirements=["torch==2.14.1", "basis-repro"],
-            )
+            log_embedding_model(checkpoint, input_example, description)
+
+
+def process_tags() -> dict[str, str]:
+    """Tags that identify the process logging a run, so that a later invocation can
+    prove the process gone before it closes the run (see :func:`close_stale_runs`)."""
+    import socket
+
+    import psutil
+
+    return {
+        "basis.host": socket.gethostname(),
+        "basis.pid": str(os.getpid()),
+        "basis.process_started": f"{psutil.Process().create_time():.3f}",
+    }
+
+
+def process_is_gone(tags: dict[str, str]) -> bool:
+    """True only when the run's process provably no longer exists: it ran on this host,
+    and its PID is free or now belongs to a process started at another time. A run from
+    another host, or without these tags, is never taken for dead."""
+    import socket
+
+    import psutil
+
+    if tags.get("basis.host") != socket.gethostname() or "basis.pid" not in tags:
+        return False
+    try:
+        started = psutil.Process(int(tags["basis.pid"])).create_time()
+    except psutil.NoSuchProcess:
+        return True
+    return f"{started:.3f}" != tags.get("basis.process_started")
+
+
+def _search_all(mlflow_client, experiment_ids: list[str], filter_string: str = "") -> Iterator:
+    """Every run that matches, page by page (search_runs returns at most one page)."""
+    token = None
+    while True:
+        page = mlflow_client.search_runs(
+            experiment_ids, filter_string=filter_string, max_results=1000, page_token=token
+        )
+        yield from page
+        token = page.token
+        if not token:
+            return
 
 
 @contextmanager
@@ -156,13 +195,15 @@ def tracked_run(
     experiment: str, run_name: str, tags: dict[str, str], store: str | Path = DEFAULT_STORE
 ) -> Iterator[TrackedRun]:
     """Start a run; it ends FINISHED, or FAILED if the body raises, and a finished run
-    marks older finished runs with the same key tags as ``superseded``."""
+    marks older finished runs with the same key tags as ``superseded``. A run of the same
+    job left RUNNING by a process that is gone (a killed job) is closed first."""
     import mlflow
 
     mlflow.set_tracking_uri(tracking_uri(store))
     mlflow_client = client(store)
     experiment_id = ensure_experiments([experiment], store)[experiment]
-    all_tags = {"git_commit": git_commit(), **{k: str(v) for k, v in tags.items()}}
+    all_tags = {"git_commit": git_commit(), **process_tags(), **{k: str(v) for k, v in tags.items()}}
+    close_stale_runs(store, key=_key(all_tags), experiment_ids=[experiment_id])
     run = mlflow_client.create_run(experiment_id, run_name=run_name, tags=all_tags)
     tracked = TrackedRun(mlflow_client, run.info.run_id)
     try:
@@ -176,35 +217,44 @@ def tracked_run(
     supersede_older(mlflow_client, experiment_id, all_tags, run.info.run_id)
 
 
+def _key(tags: dict[str, str]) -> dict[str, str]:
+    return {k: tags[k] for k in KEY_TAGS if k in tags}
+
+
+def _matches(run, key: dict[str, str]) -> bool:
+    # Tag values are compared here rather than in a filter string, so that any value
+    # (quotes included) is safe.
+    return all(run.data.tags.get(k) == v for k, v in key.items())
+
+
 def supersede_older(mlflow_client, experiment_id: str, tags: dict[str, str], newest_run_id: str) -> list[str]:
     """Tag every other finished run of the same job key as superseded by the newest."""
-    key = {k: tags[k] for k in KEY_TAGS if k in tags}
+    key = _key(tags)
     if not key:
         return []
-    query = " and ".join(f"tags.{k} = '{v}'" for k, v in key.items()) + " and attributes.status = 'FINISHED'"
-    older = [
-        r
-        for r in mlflow_client.search_runs([experiment_id], filter_string=query, max_results=1000)
-        if r.info.run_id != newest_run_id
-    ]
+    finished = _search_all(mlflow_client, [experiment_id], "attributes.status = 'FINISHED'")
+    older = [r for r in finished if r.info.run_id != newest_run_id and _matches(r, key)]
     for run in older:
         mlflow_client.set_tag(run.info.run_id, "superseded", "true")
         mlflow_client.set_tag(run.info.run_id, "superseded_by", newest_run_id)
     return [r.info.run_id for r in older]
 
 
-def close_stale_runs(store: str | Path = DEFAULT_STORE) -> int:
-    """Mark runs still RUNNING (their job was killed) as KILLED; returns how many.
-
-    Called when a workflow invocation starts, so it assumes no other invocation is
-    logging to the same store at that moment."""
+def close_stale_runs(
+    store: str | Path = DEFAULT_STORE, key: dict[str, str] | None = None, experiment_ids: list[str] | None = None
+) -> int:
+    """Mark runs left RUNNING by a process that is provably gone (a killed job) as
+    KILLED; returns how many. Live runs, and runs whose process cannot be checked (another
+    host, no process tags), are left alone, so this is safe beside a running workflow.
+    ``key`` restricts it to the runs of one job."""
     if not os.environ.get("MLFLOW_TRACKING_URI") and not (Path(store) / "mlflow.db").exists():
         return 0
     mlflow_client = client(store)
-    experiments = [e.experiment_id for e in mlflow_client.search_experiments()]
-    if not experiments:
+    experiment_ids = experiment_ids or [e.experiment_id for e in mlflow_client.search_experiments()]
+    if not experiment_ids:
         return 0
-    stale = mlflow_client.search_runs(experiments, filter_string="attributes.status = 'RUNNING'", max_results=5000)
+    running = _search_all(mlflow_client, experiment_ids, "attributes.status = 'RUNNING'")
+    stale = [r for r in running if _matches(r, key or {}) and process_is_gone(r.data.tags)]
     for run in stale:
         mlflow_client.set_terminated(run.info.run_id, "KILLED")
         mlflow_client.set_tag(run.info.run_id, "closed_by", "close_stale_runs")

@@ -18,7 +18,7 @@ import torch
 
 from basis import metrics
 from basis.estimators import SpectralNet
-from basis.experiment import analytic_embedding
+from basis.references import analytic_embedding
 from basis.toy import blobs, two_moons
 
 PEER_GRAPH = {"n_neighbors": 9, "scale": "global", "scale_neighbor": 1, "kernel": "code"}

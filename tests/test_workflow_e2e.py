@@ -40,7 +40,7 @@ FIGURES = (
 
 
 def snakemake(folder, *args, timeout=HANG_GUARD_S):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(folder)}  # the folder's own copy of the library
     env.pop("MLFLOW_TRACKING_URI", None)
     return subprocess.run(
         [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", TINY, *args],
@@ -63,7 +63,7 @@ def runs(folder, stage):
 @pytest.fixture(scope="module")
 def workflow(tmp_path_factory):
     folder = tmp_path_factory.mktemp("workflow")
-    for name in ("Snakefile", "workflow", "config", "profiles", "tests"):
+    for name in ("Snakefile", "workflow", "config", "profiles", "tests", "basis"):
         source = ROOT / name
         (shutil.copytree if source.is_dir() else shutil.copy)(source, folder / name)
     done = snakemake(folder)
@@ -157,6 +157,43 @@ def test_second_invocation_runs_nothing_and_logs_nothing(workflow):
     assert len(runs(workflow, "runs")[1]) == before
 
 
+def test_an_edit_to_a_method_reruns_its_runs_and_what_follows_them_only(workflow):
+    module = workflow / "basis" / "estimators" / "specnet2.py"
+    source = module.read_text()
+    module.write_text(source + "\n# an edit\n")
+    try:
+        done = snakemake(workflow, "-n", "--quiet", "rules")
+    finally:
+        module.write_text(source)
+    assert done.returncode == 0, done.stderr[-3000:]
+    counts = dict(
+        line.split()
+        for line in (done.stdout + done.stderr).splitlines()
+        if len(line.split()) == 2 and line.split()[1].isdigit()
+    )
+    # SpecNet2's two runs, then the table and the comparison; no other method, study or sweep
+    assert counts.pop("total") == "4"
+    assert counts == {"train_and_evaluate": "2", "table1": "1", "comparison": "1"}, counts
+    assert "Nothing to be done" in snakemake(workflow, "-n").stdout + snakemake(workflow, "-n").stderr
+
+
+def test_the_logged_model_is_the_model(workflow):
+    import mlflow
+
+    from basis.estimators import SpectralEstimator
+
+    features = np.load(workflow / "results/features/digits.npz")["X_test"][:50]
+    client, training = runs(workflow, "runs")
+    for method in METHODS:
+        run = next(r for r in training if r.data.tags["method"] == method and r.data.tags["seed"] == "0")
+        mlflow.set_tracking_uri(client.tracking_uri)
+        predicted = mlflow.pyfunc.load_model(f"runs:/{run.info.run_id}/model").predict(features)
+        model = SpectralEstimator.load(workflow / f"results/runs/digits/{method}/seed0/model.pt", device="cpu")
+        np.testing.assert_array_equal(predicted, model.transform(features))
+        assert "16-d Siamese features of digits" in run.data.tags["mlflow.note.content"]
+        assert "digits_siamese.pt" in {a.path for a in client.list_artifacts(run.info.run_id)}
+
+
 def test_lint_reports_nothing(workflow):
     done = snakemake(workflow, "--lint")
     assert done.returncode == 0
@@ -218,7 +255,8 @@ def test_a_killed_jobs_run_is_closed_by_the_next_invocation(workflow):
     orphan = running[0].info.run_id
     assert client.get_run(orphan).info.status == "RUNNING"
     assert snakemake(workflow, "--unlock").returncode == 0  # what a user does after a kill
-    # The table is still there, so this invocation has no job to run; it must close the run anyway.
+    # The killed job's outputs are gone, so this invocation reruns it, and the rerun closes
+    # the run its killed process left RUNNING (the process is provably gone).
     done = snakemake(workflow)
     assert done.returncode == 0, done.stderr[-3000:]
     assert client.get_run(orphan).info.status == "KILLED"

@@ -20,6 +20,7 @@ rule ablation_run:
     resources:
         gpu=1,
     params:
+        code=CODE["basis"],
         command=ablation_command,
         tags=lambda wildcards: run_tags(wildcards, "ablation_run", f"alignment-{wildcards.alignment}"),
     script:

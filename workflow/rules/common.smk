@@ -5,11 +5,9 @@ from pathlib import Path
 
 from snakemake.utils import validate
 
-from basis.data import DATASETS, FEATURE_SETS
-from basis.experiment import resolve_settings
-from basis.estimators import METHODS
-from basis.studies import study_options
-from basis.toy import TOY_SETS
+# Import-light modules only: a dry run must not import torch (see basis/catalog.py).
+from basis.catalog import DATASETS, FEATURE_SETS, TOY_SETS, code_version, method_names, study_parameters
+from basis.settings import resolve_settings
 from basis.tracking import config_hash
 
 validate(config, schema="../schemas/config.schema.yaml")
@@ -21,12 +19,19 @@ STUDIES_CONFIG = config["experiments"]
 
 wildcard_constraints:
     dataset="|".join(DATASETS),
-    method="|".join(METHODS),
+    method="|".join(method_names()),
     seed=r"\d+",
     k=r"\d+",
 
 
 TRACKING_FLAG = "results/mlflow/experiments.json"
+
+# Each job's `code` param is the version of the library code it runs, so that an edit
+# reruns the jobs it affects (and what is downstream): a method's own module only its
+# runs, the shared library every computing job, figures.py and paper.py the tables and
+# figures. CODE[None] is the shared library alone.
+CODE = {method: code_version([method]) for method in method_names()} | {None: code_version()}
+CODE_PRESENTATION = code_version(presentation=True)
 
 # Threads per job; each job's `python -m basis ... --threads N` holds every thread pool
 # to them. One thread for the many runs (they fill the cores side by side), more for the
@@ -35,18 +40,11 @@ RUN_THREADS = 1
 HEAVY_THREADS = 4
 
 
-def close_stale_runs():
-    """Runs left RUNNING by a killed job are marked KILLED when an invocation starts.
-
-    Done on every real invocation, in the main process only (cluster jobs re-parse this
-    file): after a kill the next invocation may have nothing to do, so an onstart hook,
-    which runs only when there are jobs, could leave them RUNNING. It assumes no other
-    invocation is logging to the same store at that moment."""
+onstart:
+    # Runs left RUNNING by killed jobs are closed by the next real execution (never by a
+    # dry run, --lint or --report) and only where their process is provably gone;
+    # a rerun of the killed job also closes its own (basis.tracking.tracked_run).
     subprocess.run([sys.executable, "-m", "basis", "tracking", "close-stale", "--json"], check=False)
-
-
-if workflow.is_main_process and not workflow.dryrun:
-    close_stale_runs()
 
 
 def feature_input(wildcards):
@@ -71,6 +69,12 @@ def settings_for(method):
 def set_options(assignments):
     """--set arguments for ``key=value`` assignments."""
     return [item for assignment in assignments for item in ("--set", assignment)]
+
+
+def siamese_option(input):
+    """--siamese: the network behind the features, logged with the run's model."""
+    features = getattr(input, "features", None)
+    return ["--siamese", features.replace(".npz", "_siamese.pt")] if features else []
 
 
 def features_option(input):
@@ -118,6 +122,7 @@ def run_command(method, wildcards, input, output, experiment, settings):
         experiment,
         *(["--reference", reference] if reference else []),
         *features_option(input),
+        *siamese_option(input),
         *set_options(settings),
     ]
 
@@ -162,7 +167,7 @@ def check_config():
         "feature_change": ["settings", "main", "subset"],
     }
     for name, keys in sections.items():
-        valid = study_options(name)
+        valid = study_parameters(name)
         for key in keys:
             unknown = sorted(set(STUDIES_CONFIG[name].get(key, {})) - set(valid))
             if unknown:

@@ -7,6 +7,7 @@ rule download:
         "../envs/basis.yaml"
     threads: 1
     params:
+        code=CODE[None],
         command=lambda wildcards, output: [
             "download",
             "--dataset",

@@ -15,6 +15,7 @@ rule siamese_features:
     resources:
         gpu=1,
     params:
+        code=CODE[None],
         command=lambda wildcards, output: [
             "features",
             "--dataset",

@@ -19,6 +19,7 @@ rule table1:
         "../envs/basis.yaml"
     threads: 1
     params:
+        code=CODE_PRESENTATION,
         experiment=EXPERIMENTS["paper"],
         tags=lambda wildcards: run_tags(wildcards, "table1"),
     script:
@@ -43,6 +44,7 @@ for figure, (drawing, folders) in STUDY_FIGURES.items():
             "../envs/basis.yaml"
         threads: 1
         params:
+            code=CODE_PRESENTATION,
             command=figure_rule_params(drawing, folders, figure),
             tags=run_tags({}, "figure", figure, STUDIES_CONFIG),
         script:
@@ -72,6 +74,7 @@ rule knn_sensitivity:
         "../envs/basis.yaml"
     threads: 1
     params:
+        code=CODE_PRESENTATION,
         experiment=EXPERIMENTS["paper"],
         tags=lambda wildcards: run_tags(wildcards, "knn_sensitivity", "fig5", KNN),
     script:
@@ -96,6 +99,7 @@ rule ablation_table:
         "../envs/basis.yaml"
     threads: 1
     params:
+        code=CODE_PRESENTATION,
         experiment=EXPERIMENTS["paper"],
         tags=lambda wildcards: run_tags(wildcards, "ablation_table", "ablation", ABLATION),
     script:
@@ -121,6 +125,7 @@ rule comparison:
         "../envs/basis.yaml"
     threads: 1
     params:
+        code=CODE_PRESENTATION,
         experiment=EXPERIMENTS["paper"],
         tags=lambda wildcards: run_tags(wildcards, "comparison", "comparison", config),
     script:

@@ -14,6 +14,7 @@ rule reference_embedding:
     resources:
         gpu=1,
     params:
+        code=CODE[None],
         command=lambda wildcards, input, output: reference_command(wildcards, input, output, protocol_settings()),
         tags=[],
     script:

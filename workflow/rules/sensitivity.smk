@@ -14,6 +14,7 @@ rule knn_reference:
     resources:
         gpu=1,
     params:
+        code=CODE[None],
         command=lambda wildcards, input, output: reference_command(
             wildcards, input, output, protocol_settings() + [f"graph.n_neighbors={wildcards.k}"]
         ),
@@ -41,6 +42,7 @@ rule knn_run:
     resources:
         gpu=1,
     params:
+        code=lambda wildcards: CODE[wildcards.method],
         command=lambda wildcards, input, output: run_command(
             wildcards.method,
             wildcards,

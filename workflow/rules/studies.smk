@@ -15,6 +15,7 @@ rule toy_example:
     resources:
         gpu=1,
     params:
+        code=CODE["basis"],
         command=lambda wildcards: study_command("toy", f"toy/{wildcards.dataset}", {"dataset": wildcards.dataset}),
         tags=lambda wildcards: run_tags(wildcards, "toy_example", f"toy-{wildcards.dataset}", STUDIES_CONFIG["toy"]),
     script:
@@ -32,6 +33,7 @@ rule illustration:
         "../envs/basis.yaml"
     threads: RUN_THREADS
     params:
+        code=CODE["basis"],
         command=study_command("illustration", "illustration"),
         tags=run_tags({}, "illustration", "illustration", STUDIES_CONFIG["illustration"]),
     script:
@@ -49,6 +51,7 @@ rule anchor_consistency:
         "../envs/basis.yaml"
     threads: RUN_THREADS
     params:
+        code=CODE["basis"],
         command=study_command("consistency", "consistency"),
         tags=run_tags({}, "anchor_consistency", "consistency", STUDIES_CONFIG["consistency"]),
     script:
@@ -70,6 +73,7 @@ rule bunny_diffusion_maps:
     resources:
         gpu=1,
     params:
+        code=CODE["basis"],
         command=study_command("bunny", "bunny"),
         tags=run_tags({}, "bunny_diffusion_maps", "bunny", STUDIES_CONFIG["bunny"]),
     script:
@@ -94,6 +98,7 @@ rule feature_change:
     resources:
         gpu=1,
     params:
+        code=CODE["basis"],
         command=lambda wildcards: study_command(
             "feature_change",
             f"feature_change/{wildcards.part}",

@@ -7,6 +7,7 @@ rule tracking_setup:
         "../envs/basis.yaml"
     threads: 1
     params:
+        code=CODE[None],
         experiments=list(EXPERIMENTS.values()),
     script:
         "../scripts/tracking_setup.py"

@@ -17,6 +17,7 @@ rule train_and_evaluate:
     resources:
         gpu=1,
     params:
+        code=lambda wildcards: CODE[wildcards.method],
         command=lambda wildcards, input, output: run_command(
             wildcards.method, wildcards, input, output, EXPERIMENTS["runs"], settings_for(wildcards.method)
         ),

@@ -1,0 +1,153 @@
+"""What the package offers, by name, without importing it: data sets, methods and their
+parameters, studies and their settings.
+
+The workflow checks a config against these at parse time, and a dry run must not pay
+for torch. So the methods and studies are read from the source: a method is a class
+decorated with ``@register("name")`` in ``basis/estimators/``, a study an entry of
+``STUDIES`` in ``basis/studies.py``, and their parameters are their signatures. Nothing
+is listed twice: the data sets' names are stated here and read by the modules that load
+them; ``tests/test_settings.py`` checks the rest against the imported objects.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+from functools import cache
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent
+
+TOY_SETS = ("three_moons", "two_moons", "circles", "blobs", "spirals")
+IMAGE_SETS = ("mnist", "fashion_mnist", "svhn", "cifar10")
+#: Image sets whose runs embed Siamese features rather than raw pixels.
+FEATURE_SETS = (*IMAGE_SETS, "digits")
+DATASETS = (*TOY_SETS, "digits", "bunny", *IMAGE_SETS)
+
+#: Parameters every method takes that the run command sets itself, not a config.
+RUN_PARAMETERS = ("callback", "device", "seed")
+#: Options a study takes from the command line's common flags, not from its settings.
+STUDY_RUN_OPTIONS = ("seed", "data_seed", "device", "data_root", "callback")
+
+
+def _parameters(function: ast.FunctionDef) -> list[str]:
+    arguments = function.args
+    return [a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs) if a.arg != "self"]
+
+
+def _init(tree: ast.Module, class_name: str) -> ast.FunctionDef:
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name)
+    return next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
+
+
+@cache
+def _methods() -> dict[str, tuple[str, ...]]:
+    return {name: parameters for name, (parameters, _) in _method_sources().items()}
+
+
+@cache
+def _method_sources() -> dict[str, tuple[tuple[str, ...], Path]]:
+    """Method name -> (its parameters, the module that defines it)."""
+    base = _parameters(_init(ast.parse((PACKAGE / "estimators" / "base.py").read_text()), "SpectralEstimator"))
+    methods = {}
+    for path in sorted((PACKAGE / "estimators").glob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if not isinstance(node, ast.ClassDef):
+                continue
+            for decorator in node.decorator_list:
+                if isinstance(decorator, ast.Call) and getattr(decorator.func, "id", None) == "register":
+                    init = next(n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
+                    passes_on = init.args.kwarg is not None  # **common goes to SpectralEstimator
+                    names = {*_parameters(init), *(base if passes_on else ())}
+                    methods[decorator.args[0].value] = (tuple(sorted(names)), path)
+    return methods
+
+
+def method_names() -> list[str]:
+    """Every registered method."""
+    return sorted(_methods())
+
+
+def method_parameters(method: str) -> tuple[str, ...]:
+    """Constructor parameters of a method, those it passes on to the base class included."""
+    if method not in _methods():
+        raise ValueError(f"unknown method {method!r}; valid: {method_names()}")
+    return _methods()[method]
+
+
+def _class_init(class_name: str) -> ast.FunctionDef:
+    for path in sorted(PACKAGE.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        if any(isinstance(n, ast.ClassDef) and n.name == class_name for n in tree.body):
+            return _init(tree, class_name)
+    raise LookupError(f"no class {class_name} in {PACKAGE}")
+
+
+def _study_settings(function: ast.FunctionDef) -> list[str]:
+    """A study's keyword options; those of a ``**settings`` catch-all are the options of
+    the class the study passes them to (``feature_change`` -> ``FeatureChangeTrainer``)."""
+    names = _parameters(function)
+    if function.args.kwarg is not None:
+        catch_all = function.args.kwarg.arg
+        for call in ast.walk(function):
+            if isinstance(call, ast.Call) and any(
+                k.arg is None and getattr(k.value, "id", None) == catch_all for k in call.keywords
+            ):
+                names += [n for n in _parameters(_class_init(call.func.id)) if n not in (*RUN_PARAMETERS, *names)]
+    return names
+
+
+@cache
+def _studies() -> dict[str, tuple[str, ...]]:
+    tree = ast.parse((PACKAGE / "studies.py").read_text())
+    functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    registry = next(
+        n for n in tree.body if isinstance(n, ast.AnnAssign | ast.Assign) and "STUDIES" in ast.unparse(n).split("=")[0]
+    )
+    return {
+        key.value: tuple(_study_settings(functions[value.id]))
+        for key, value in zip(registry.value.keys, registry.value.values, strict=True)
+    }
+
+
+def study_names() -> list[str]:
+    return sorted(_studies())
+
+
+def study_parameters(name: str, include_common: bool = False) -> list[str]:
+    """Settings a study takes from its config section; with ``include_common``, also
+    those the command line sets (seed, data seed, device, data root, callback)."""
+    if name not in _studies():
+        raise ValueError(f"unknown study {name!r}; valid: {study_names()}")
+    return [p for p in _studies()[name] if include_common or p not in STUDY_RUN_OPTIONS]
+
+
+# -- code versions: what a job's result depends on, for the workflow's rerun triggers ----------
+def source_hash(paths: list[Path]) -> str:
+    """Short hash of the given source files (names and contents)."""
+    digest = hashlib.sha256()
+    for path in sorted(paths):
+        digest.update(str(path.relative_to(PACKAGE)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+#: Modules that only draw and tabulate results; computing jobs do not depend on them.
+PRESENTATION = ("figures.py", "paper.py")
+
+
+def library_sources() -> list[Path]:
+    """Every module a computing job may use: the package without the methods' own modules
+    and without the presentation modules."""
+    excluded = {path for _, path in _method_sources().values()} | {PACKAGE / name for name in PRESENTATION}
+    return [path for path in PACKAGE.rglob("*.py") if path not in excluded]
+
+
+def code_version(methods: tuple[str, ...] | list[str] = (), *, presentation: bool = False) -> str:
+    """Version of the code a job runs, for the workflow's rerun trigger: the shared library
+    plus the modules of ``methods`` (an edit to one method's module changes the version of
+    that method's jobs only), or, with ``presentation``, the figure and table modules."""
+    if presentation:
+        return source_hash([PACKAGE / name for name in PRESENTATION])
+    for method in methods:
+        method_parameters(method)  # a clear error for an unknown name
+    return source_hash(library_sources() + [_method_sources()[m][1] for m in methods])

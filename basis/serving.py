@@ -1,0 +1,66 @@
+"""A fitted estimator as an MLflow model whose prediction is its ``transform``.
+
+The model ships the checkpoint written by :meth:`SpectralEstimator.save` and the
+``basis`` package itself (``code_paths``), so ``mlflow.pyfunc.load_model(uri).predict(X)``
+needs no install of this project; its input is what the estimator was fitted on (raw
+points, or the 16-d Siamese features of an image set; the model's description says which).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import mlflow.pyfunc
+import numpy as np
+
+PACKAGE = Path(__file__).resolve().parent
+
+
+class EmbeddingModel(mlflow.pyfunc.PythonModel):
+    """``predict(X)`` = the estimator's ``transform(X)``, on the CPU."""
+
+    def load_context(self, context) -> None:
+        from basis.estimators import SpectralEstimator
+
+        self.estimator = SpectralEstimator.load(context.artifacts["estimator"], device="cpu")
+
+    def predict(self, context, model_input: Any, params: dict | None = None) -> np.ndarray:
+        return self.estimator.transform(np.asarray(model_input, dtype=np.float32))
+
+
+def pip_requirements() -> list[str]:
+    """Exact versions of what loading the model imports (all on PyPI)."""
+    from importlib.metadata import version
+
+    return [f"{name}=={version(name)}" for name in ("torch", "numpy", "scipy", "scikit-learn", "threadpoolctl")]
+
+
+def log_embedding_model(checkpoint: str | Path, input_example: np.ndarray, description: str) -> None:
+    """Log the estimator saved at ``checkpoint`` as the active run's model ``model``, with a
+    signature and an input example taken from ``input_example`` (a few rows)."""
+    from mlflow.models import infer_signature
+
+    from basis.estimators import SpectralEstimator
+
+    example = np.asarray(input_example, dtype=np.float32)
+    output = SpectralEstimator.load(checkpoint, device="cpu").transform(example)
+    mlflow.pyfunc.log_model(
+        name="model",
+        python_model=EmbeddingModel(),
+        artifacts={"estimator": str(checkpoint)},
+        code_paths=[str(PACKAGE)],
+        signature=infer_signature(example, output),
+        input_example=example,
+        pip_requirements=pip_requirements(),
+        metadata={"description": description},
+    )
+
+
+def load_embedding(model: str | Path):
+    """A callable X -> embedding from a checkpoint file (``model.pt``) or an MLflow model URI."""
+    if Path(model).is_file():
+        from basis.estimators import SpectralEstimator
+
+        return SpectralEstimator.load(model, device="cpu").transform
+    return mlflow.pyfunc.load_model(str(model)).predict

@@ -1,0 +1,169 @@
+"""Settings, typed and checked once, without importing torch.
+
+:class:`GraphConfig` (how a kNN graph is built) and :data:`PROTOCOL` (Table 1's
+training and evaluation protocol) state every default once; :func:`resolve_settings`
+builds a run's settings from them, the toy-set overrides and the ``key=value``
+assignments of the command line, naming any unknown key with the valid ones.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from basis.catalog import RUN_PARAMETERS, TOY_SETS, method_parameters
+
+SCALE_RULES = ("local", "global", "fixed")
+KERNELS = ("paper", "code")
+SYMMETRIZATIONS = ("mean", "max")
+
+
+@dataclass(frozen=True)
+class GraphConfig:
+    """How a kNN Gaussian affinity is built.
+
+    Parameters
+    ----------
+    n_neighbors : int
+        Neighbours per node, the node itself included (as in the authors' code).
+    scale : {"local", "global", "fixed"}
+        ``local``: sigma_i is the distance from node i to its ``scale_neighbor``-th
+        neighbour. ``global``: one sigma, the median of those distances.
+        ``fixed``: ``sigma`` as given.
+    scale_neighbor : int
+        Which neighbour sets the scale (0 is the node itself).
+    sigma : float or None
+        The bandwidth for ``scale="fixed"``.
+    kernel : {"paper", "code"}
+        ``paper``: exp(-d^2 / (2 sigma^2)) as printed; ``code``: exp(-d^2 / sigma^2).
+    symmetrize : {"mean", "max"}
+        (W + W^T) / 2 (authors' code) or the elementwise maximum.
+    self_loops : bool
+        Keep W_ii = 1 (authors' code) or zero the diagonal.
+    """
+
+    n_neighbors: int = 50
+    scale: str = "local"
+    scale_neighbor: int = 7
+    sigma: float | None = None
+    kernel: str = "paper"
+    symmetrize: str = "mean"
+    self_loops: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.n_neighbors, int) or self.n_neighbors < 2:
+            raise ValueError(f"n_neighbors must be an integer >= 2, got {self.n_neighbors!r}")
+        _check_choice("scale", self.scale, SCALE_RULES)
+        _check_choice("kernel", self.kernel, KERNELS)
+        _check_choice("symmetrize", self.symmetrize, SYMMETRIZATIONS)
+        if self.scale == "fixed" and (self.sigma is None or not self.sigma > 0):
+            raise ValueError("sigma must be a positive number when scale='fixed'")
+        if self.scale != "fixed" and not 0 < self.scale_neighbor < self.n_neighbors:
+            raise ValueError(
+                f"scale_neighbor must be in [1, n_neighbors - 1] = [1, {self.n_neighbors - 1}],"
+                f" got {self.scale_neighbor}"
+            )
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any] | "GraphConfig" | None) -> "GraphConfig":
+        """Build from a mapping, naming any unknown key in the error."""
+        if isinstance(values, GraphConfig):
+            return values
+        values = dict(values or {})
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown graph option(s) {unknown}; valid: {sorted(known)}")
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
+
+
+#: Table 1's protocol (paper Sec. 5.2 and the authors' code); every key can be overridden.
+PROTOCOL: dict[str, Any] = {
+    "n_components": None,  # None: the number of classes
+    "operator": "normalized",
+    "drop_trivial": False,
+    "batch_size": 512,
+    "n_iter": 1000,
+    "lr": 1e-4,
+    "diffusion_time": 1.0,  # t of diffusion-map coordinates (operator "diffusion" only)
+    "graph": GraphConfig().to_dict(),  # its defaults are the paper's
+    "eval": {
+        "kmeans_n_init": 10,
+        "probe_C": 1.0,
+        "probe_max_iter": 1000,
+        "authors_probe_epochs": 100,
+        "authors_probe_lr": 1e-4,
+        "authors_probe_batch_size": 262,
+    },
+}
+
+
+#: Toy sets (2-D, a few thousand points) get a graph of their own: with k = 50 and a local
+#: scale, neighbouring moons share edges inside a batch. lr 1e-3 as in config/quick.yaml.
+TOY_OVERRIDES: dict[str, Any] = {"graph": {"n_neighbors": 15, "scale": "global"}, "lr": 1e-3}
+
+
+def parse_assignment(text: str) -> tuple[list[str], Any]:
+    """``"graph.n_neighbors=20"`` -> (["graph", "n_neighbors"], 20); values are YAML."""
+    import yaml
+
+    if "=" not in text:
+        raise ValueError(f"--set expects key=value, got {text!r}")
+    key, raw = text.split("=", 1)
+    value = yaml.safe_load(raw)
+    if isinstance(value, str):  # YAML 1.1 reads "1e-3" as a string
+        try:
+            value = float(value)
+        except ValueError:
+            pass
+    return key.strip().split("."), value
+
+
+def resolve_settings(
+    method: str, overrides: dict[str, Any] | None = None, assignments: list[str] = (), dataset: str | None = None
+) -> dict[str, Any]:
+    """The protocol (with the toy-set defaults for a toy ``dataset``), then overrides;
+    unknown keys are named with the valid ones."""
+    method_keys = set(method_parameters(method)) - set(RUN_PARAMETERS)
+    settings = copy.deepcopy(PROTOCOL)
+    if dataset in TOY_SETS:
+        settings["graph"].update(TOY_OVERRIDES["graph"])
+        settings.update({k: v for k, v in TOY_OVERRIDES.items() if k != "graph"})
+    items = list((overrides or {}).items()) + [
+        (".".join(path), value) for path, value in (parse_assignment(a) for a in assignments)
+    ]
+    for dotted, value in items:
+        path = dotted.split(".")
+        if path[0] in ("graph", "eval") and len(path) == 2:
+            if path[1] not in settings[path[0]]:
+                raise ValueError(f"unknown key {dotted!r}; valid {path[0]} keys: {sorted(settings[path[0]])}")
+            settings[path[0]][path[1]] = value
+        elif len(path) == 1 and (path[0] in settings or path[0] in method_keys):
+            settings[path[0]] = value
+        else:
+            valid = (
+                sorted((set(settings) | method_keys) - {"graph", "eval"})
+                + [f"graph.{k}" for k in PROTOCOL["graph"]]
+                + [f"eval.{k}" for k in PROTOCOL["eval"]]
+            )
+            raise ValueError(f"unknown key {dotted!r} for method {method!r}; valid: {valid}")
+    GraphConfig.from_dict(settings["graph"])  # fail early on bad graph values
+    return settings
+
+
+#: Settings that define the analytic reference embedding.
+REFERENCE_KEYS = ("graph", "operator", "drop_trivial", "diffusion_time")
+
+
+def reference_settings(settings: dict[str, Any], n_components: int) -> dict[str, Any]:
+    """What a stored reference embedding was computed with (checked when it is reused)."""
+    return {"n_components": n_components, **{k: settings[k] for k in REFERENCE_KEYS}}

@@ -1,0 +1,84 @@
+"""The logged MLflow model is the model: its prediction equals the estimator's transform."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pytest
+from conftest import HANG_GUARD_S
+
+from basis import tracking
+from basis.estimators import make_estimator
+from basis.toy import two_moons
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = {
+    "batch_size": 100,
+    "n_iter": 3,
+    "hidden": (16, 16),
+    "graph": {"n_neighbors": 10, "scale_neighbor": 5},
+    "device": "cpu",
+}
+OPTIONS = {
+    "basis": {"anchors_per_class": 10, "ransac_sample_size": 5},
+    "diffusion_net": {},
+    "specnet1": {},
+    "specnet2": {},
+}
+
+
+def _logged(tmp_path, method):
+    """A small fitted estimator, its checkpoint, and its model logged to a fresh store."""
+    X, y = two_moons(400, seed=0)
+    X = X.astype(np.float32)
+    estimator = make_estimator(method, n_components=2, **SMALL, **OPTIONS[method]).fit(X, y)
+    checkpoint = tmp_path / "model.pt"
+    estimator.save(checkpoint)
+    store = tmp_path / "mlflow"
+    with tracking.tracked_run("exp", method, {"method": method}, store=store) as run:
+        run.log_embedding_model(checkpoint, X[:5], description="raw two_moons points (2 features)")
+        run_id = run.run_id
+    return X, estimator, checkpoint, store, run_id
+
+
+@pytest.mark.parametrize("method", sorted(OPTIONS))
+def test_pyfunc_prediction_equals_transform(tmp_path, method):
+    X, estimator, _, store, run_id = _logged(tmp_path, method)
+    mlflow.set_tracking_uri(tracking.tracking_uri(store))
+    model = mlflow.pyfunc.load_model(f"runs:/{run_id}/model")
+    np.testing.assert_array_equal(model.predict(X), estimator.transform(X))
+    assert model.metadata.signature.inputs.to_dict()[0]["tensor-spec"]["shape"] == (-1, 2)
+    assert model.metadata.metadata["description"].startswith("raw two_moons points")
+
+
+def test_the_embed_command_reads_a_checkpoint_and_a_logged_model(tmp_path):
+    X, estimator, checkpoint, store, run_id = _logged(tmp_path, "basis")
+    # the embed command gives the same embedding from the checkpoint and from the logged model
+    np.save(tmp_path / "X.npy", X)
+    for source in (str(checkpoint), f"runs:/{run_id}/model"):
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "basis",
+                "embed",
+                "--model",
+                source,
+                "--input",
+                str(tmp_path / "X.npy"),
+                "--out",
+                str(tmp_path / "Y.npy"),
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=HANG_GUARD_S,
+            env={"MLFLOW_TRACKING_URI": tracking.tracking_uri(store), "PATH": "/usr/bin:/bin"},
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert json.loads(done.stdout)["n_components"] == 2
+        np.testing.assert_array_equal(np.load(tmp_path / "Y.npy"), estimator.transform(X))

@@ -1,0 +1,86 @@
+"""MLflow tracking: read-only commands touch nothing, only provably dead runs are closed,
+any tag value is safe."""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import HANG_GUARD_S
+
+from basis import tracking
+
+ROOT = Path(__file__).resolve().parents[1]
+
+LIVE_RUN = """
+import sys, time
+from basis.tracking import tracked_run
+with tracked_run("exp", "live", {"rule": "train_and_evaluate", "seed": "0"}, store=sys.argv[1]):
+    print("open", flush=True)
+    time.sleep(600)
+"""
+
+
+def _status(store, name):
+    runs = tracking.client(store).search_runs(
+        [tracking.client(store).get_experiment_by_name("exp").experiment_id], filter_string=f"run_name = '{name}'"
+    )
+    return runs[0].info.status
+
+
+def test_a_dry_run_beside_a_live_run_leaves_it_running_and_only_a_dead_one_is_closed(tmp_path):
+    for name in ("Snakefile", "workflow", "config", "profiles"):
+        source = ROOT / name
+        (shutil.copytree if source.is_dir() else shutil.copy)(source, tmp_path / name)
+    store = tmp_path / "results" / "mlflow"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    live = subprocess.Popen([sys.executable, "-c", LIVE_RUN, str(store)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert live.stdout.readline().strip() == "open"
+        for read_only in (["-n"], ["--lint"], ["--list-rules"]):
+            done = subprocess.run(
+                [sys.executable, "-m", "snakemake", "--cores", "1", *read_only],
+                capture_output=True,
+                text=True,
+                cwd=tmp_path,
+                env=env,
+                timeout=HANG_GUARD_S,
+            )
+            assert done.returncode == 0, done.stderr[-2000:]
+            assert _status(store, "live") == "RUNNING", read_only
+        # an explicit clean-up beside the live run leaves it alone too
+        assert tracking.close_stale_runs(store) == 0 and _status(store, "live") == "RUNNING"
+    finally:
+        live.send_signal(signal.SIGKILL)
+        live.wait(timeout=60)
+    assert tracking.close_stale_runs(store) == 1
+    assert _status(store, "live") == "KILLED"
+
+
+def test_a_run_whose_process_cannot_be_checked_is_never_taken_for_dead():
+    alive = tracking.process_tags()
+    assert not tracking.process_is_gone(alive)
+    assert tracking.process_is_gone({**alive, "basis.process_started": "1.000"})  # the PID was reused
+    assert not tracking.process_is_gone({**alive, "basis.host": "another-host"})
+    assert not tracking.process_is_gone({})  # a run logged before process tags existed
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    assert tracking.process_is_gone({**alive, "basis.pid": str(child.pid)})
+
+
+def test_a_quote_in_a_tag_is_safe_and_supersedes_only_its_own_job(tmp_path):
+    store = tmp_path / "mlflow"
+    tags = {"rule": "r", "dataset": "it's", "seed": "0"}
+    for _ in range(2):
+        with tracking.tracked_run("exp", "quoted", tags, store=store) as run:
+            run.log_metrics({"x": 1.0})
+    with tracking.tracked_run("exp", "other", {**tags, "dataset": "its"}, store=store):
+        pass
+    client = tracking.client(store)
+    runs = client.search_runs([client.get_experiment_by_name("exp").experiment_id])
+    assert all(r.info.status == "FINISHED" for r in runs) and len(runs) == 3
+    superseded = [r for r in runs if r.data.tags.get("superseded") == "true"]
+    assert len(superseded) == 1 and superseded[0].data.tags["dataset"] == "it's"
