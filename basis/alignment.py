@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
+from basis.errors import InputError
+
 log = logging.getLogger(__name__)
 
 
@@ -37,13 +39,13 @@ def _homogeneous(phi: torch.Tensor) -> torch.Tensor:
 
 def _check_anchors(source: torch.Tensor, target: torch.Tensor) -> None:
     if source.ndim != 2 or source.shape != target.shape:
-        raise ValueError(
+        raise InputError(
             f"source and target anchors must be 2-D arrays of equal shape, got {tuple(source.shape)}"
             f" and {tuple(target.shape)}"
         )
     n_anchors, dim = source.shape
     if n_anchors < dim + 1:
-        raise ValueError(f"an affine map in dimension K={dim} needs at least K+1={dim + 1} anchors, got {n_anchors}")
+        raise InputError(f"an affine map in dimension K={dim} needs at least K+1={dim + 1} anchors, got {n_anchors}")
 
 
 #: Singular values of a design below this fraction of its largest are treated as zero.
@@ -114,7 +116,7 @@ def inlier_threshold(target: torch.Tensor, tolerance: float, mode: str = "relati
     since rows have norm about 0.14; 0.01 for the moons).
     """
     if mode not in TOLERANCE_MODES:
-        raise ValueError(f"tolerance_mode must be one of {list(TOLERANCE_MODES)}, got {mode!r}")
+        raise InputError(f"tolerance_mode must be one of {list(TOLERANCE_MODES)}, got {mode!r}")
     if mode == "absolute":
         return tolerance
     return tolerance * float(torch.linalg.norm(target.double(), dim=1).pow(2).mean().sqrt())
@@ -147,11 +149,11 @@ def ransac_affine(
     _check_anchors(source, target)
     n_anchors, dim = source.shape
     if not dim + 1 <= sample_size <= n_anchors:
-        raise ValueError(
+        raise InputError(
             f"sample_size must be between K+1={dim + 1} and the number of anchors {n_anchors}, got {sample_size}"
         )
     if n_iter < 1 or not tolerance > 0:
-        raise ValueError(f"n_iter must be >= 1 and tolerance > 0, got {n_iter} and {tolerance}")
+        raise InputError(f"n_iter must be >= 1 and tolerance > 0, got {n_iter} and {tolerance}")
     threshold = inlier_threshold(target, tolerance, tolerance_mode)
     generator = generator or torch.Generator().manual_seed(0)
     dtype = source.dtype

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from basis.errors import InputError
+
 # (centre xyz, semi-axes xyz) in the object's frame; y is the turntable's axis.
 BUNNY_PARTS = (
     ((0.0, 0.0, 0.0), (0.95, 0.65, 0.60)),  # body
@@ -82,7 +84,7 @@ def load_frames(folder: str | Path, resolution: int | None = None) -> np.ndarray
         p for p in Path(folder).iterdir() if p.suffix.lower() in {".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff"}
     )
     if not paths:
-        raise ValueError(f"no image files (.png, .jpg, ...) in bunny frame folder {folder}")
+        raise InputError(f"no image files (.png, .jpg, ...) in bunny frame folder {folder}")
     frames = []
     for path in paths:
         image = Image.open(path).convert("L")

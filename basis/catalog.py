@@ -16,6 +16,8 @@ import hashlib
 from functools import cache
 from pathlib import Path
 
+from basis.errors import InputError
+
 PACKAGE = Path(__file__).resolve().parent
 
 TOY_SETS = ("three_moons", "two_moons", "circles", "blobs", "spirals")
@@ -30,9 +32,17 @@ RUN_PARAMETERS = ("callback", "device", "seed")
 STUDY_RUN_OPTIONS = ("seed", "data_seed", "device", "data_root", "callback")
 
 
-def _parameters(function: ast.FunctionDef) -> list[str]:
+def _arguments(function: ast.FunctionDef) -> list[ast.arg]:
     arguments = function.args
-    return [a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs) if a.arg != "self"]
+    return [a for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs) if a.arg != "self"]
+
+
+def _parameters(function: ast.FunctionDef) -> list[str]:
+    return [a.arg for a in _arguments(function)]
+
+
+def _annotations(function: ast.FunctionDef) -> dict[str, str]:
+    return {a.arg: ast.unparse(a.annotation) if a.annotation is not None else "Any" for a in _arguments(function)}
 
 
 def _init(tree: ast.Module, class_name: str) -> ast.FunctionDef:
@@ -42,13 +52,13 @@ def _init(tree: ast.Module, class_name: str) -> ast.FunctionDef:
 
 @cache
 def _methods() -> dict[str, tuple[str, ...]]:
-    return {name: parameters for name, (parameters, _) in _method_sources().items()}
+    return {name: tuple(sorted(annotations)) for name, (annotations, _) in _method_sources().items()}
 
 
 @cache
-def _method_sources() -> dict[str, tuple[tuple[str, ...], Path]]:
-    """Method name -> (its parameters, the module that defines it)."""
-    base = _parameters(_init(ast.parse((PACKAGE / "estimators" / "base.py").read_text()), "SpectralEstimator"))
+def _method_sources() -> dict[str, tuple[dict[str, str], Path]]:
+    """Method name -> (its parameters' annotations, the module that defines it)."""
+    base = _annotations(_init(ast.parse((PACKAGE / "estimators" / "base.py").read_text()), "SpectralEstimator"))
     methods = {}
     for path in sorted((PACKAGE / "estimators").glob("*.py")):
         for node in ast.parse(path.read_text()).body:
@@ -58,8 +68,8 @@ def _method_sources() -> dict[str, tuple[tuple[str, ...], Path]]:
                 if isinstance(decorator, ast.Call) and getattr(decorator.func, "id", None) == "register":
                     init = next(n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
                     passes_on = init.args.kwarg is not None  # **common goes to SpectralEstimator
-                    names = {*_parameters(init), *(base if passes_on else ())}
-                    methods[decorator.args[0].value] = (tuple(sorted(names)), path)
+                    annotations = {**(base if passes_on else {}), **_annotations(init)}
+                    methods[decorator.args[0].value] = (annotations, path)
     return methods
 
 
@@ -71,8 +81,14 @@ def method_names() -> list[str]:
 def method_parameters(method: str) -> tuple[str, ...]:
     """Constructor parameters of a method, those it passes on to the base class included."""
     if method not in _methods():
-        raise ValueError(f"unknown method {method!r}; valid: {method_names()}")
+        raise InputError(f"unknown method {method!r}; valid: {method_names()}")
     return _methods()[method]
+
+
+def method_annotations(method: str) -> dict[str, str]:
+    """Each constructor parameter's type annotation, as written in the source."""
+    method_parameters(method)
+    return dict(_method_sources()[method][0])
 
 
 def _class_init(class_name: str) -> ast.FunctionDef:
@@ -83,29 +99,31 @@ def _class_init(class_name: str) -> ast.FunctionDef:
     raise LookupError(f"no class {class_name} in {PACKAGE}")
 
 
-def _study_settings(function: ast.FunctionDef) -> list[str]:
-    """A study's keyword options; those of a ``**settings`` catch-all are the options of
-    the class the study passes them to (``feature_change`` -> ``FeatureChangeTrainer``)."""
-    names = _parameters(function)
+def _study_settings(function: ast.FunctionDef) -> dict[str, str]:
+    """A study's keyword options and their annotations; those of a ``**settings``
+    catch-all are the options of the class the study passes them to (``feature_change``
+    -> ``FeatureChangeTrainer``)."""
+    settings = _annotations(function)
     if function.args.kwarg is not None:
         catch_all = function.args.kwarg.arg
         for call in ast.walk(function):
             if isinstance(call, ast.Call) and any(
                 k.arg is None and getattr(k.value, "id", None) == catch_all for k in call.keywords
             ):
-                names += [n for n in _parameters(_class_init(call.func.id)) if n not in (*RUN_PARAMETERS, *names)]
-    return names
+                passed_on = _annotations(_class_init(call.func.id))
+                settings |= {n: a for n, a in passed_on.items() if n not in (*RUN_PARAMETERS, *settings)}
+    return settings
 
 
 @cache
-def _studies() -> dict[str, tuple[str, ...]]:
+def _studies() -> dict[str, dict[str, str]]:
     tree = ast.parse((PACKAGE / "studies.py").read_text())
     functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
     registry = next(
         n for n in tree.body if isinstance(n, ast.AnnAssign | ast.Assign) and "STUDIES" in ast.unparse(n).split("=")[0]
     )
     return {
-        key.value: tuple(_study_settings(functions[value.id]))
+        key.value: _study_settings(functions[value.id])
         for key, value in zip(registry.value.keys, registry.value.values, strict=True)
     }
 
@@ -118,8 +136,14 @@ def study_parameters(name: str, include_common: bool = False) -> list[str]:
     """Settings a study takes from its config section; with ``include_common``, also
     those the command line sets (seed, data seed, device, data root, callback)."""
     if name not in _studies():
-        raise ValueError(f"unknown study {name!r}; valid: {study_names()}")
+        raise InputError(f"unknown study {name!r}; valid: {study_names()}")
     return [p for p in _studies()[name] if include_common or p not in STUDY_RUN_OPTIONS]
+
+
+def study_annotations(name: str) -> dict[str, str]:
+    """Each study setting's type annotation, as written in the source."""
+    study_parameters(name)
+    return dict(_studies()[name])
 
 
 # -- code versions: what a job's result depends on, for the workflow's rerun triggers ----------
@@ -151,3 +175,51 @@ def code_version(methods: tuple[str, ...] | list[str] = (), *, presentation: boo
     for method in methods:
         method_parameters(method)  # a clear error for an unknown name
     return source_hash(library_sources() + [_method_sources()[m][1] for m in methods])
+
+
+# -- types: config and command-line values checked against the annotations ------------------
+def _options(annotation: str) -> list[str]:
+    """``"list[int] | None"`` -> ``["list[int]", "None"]`` (a union's top-level members)."""
+    options, depth, current = [], 0, ""
+    for char in annotation:
+        depth += char == "["
+        depth -= char == "]"
+        if char == "|" and depth == 0:
+            options.append(current.strip())
+            current = ""
+        else:
+            current += char
+    return [*options, current.strip()]
+
+
+def matches_annotation(value: object, annotation: str) -> bool:
+    """Whether a config value fits a source annotation (int, float, bool, str, dict,
+    tuple[...] / list[...], unions with None). Booleans are not integers here."""
+    for option in _options(annotation):
+        if option in ("Any", "Callable", "StepCallback"):
+            return True
+        if option == "None" and value is None:
+            return True
+        if option == "bool" and isinstance(value, bool):
+            return True
+        if isinstance(value, bool):
+            continue
+        if option == "int" and isinstance(value, int):
+            return True
+        if option == "float" and isinstance(value, int | float):
+            return True
+        if option == "str" and isinstance(value, str):
+            return True
+        if option in ("dict", "GraphConfig") and isinstance(value, dict):
+            return True
+        if option.startswith(("tuple[", "list[")) and isinstance(value, list | tuple):
+            inner = _options(option[option.index("[") + 1 : -1].split(",")[0])[0]
+            if all(matches_annotation(item, inner) for item in value):
+                return True
+    return False
+
+
+def check_value(key: str, value: object, annotation: str) -> None:
+    """An InputError naming ``key``, the value and the expected type when they do not fit."""
+    if not matches_annotation(value, annotation):
+        raise InputError(f"{key}={value!r} ({type(value).__name__}) is not valid: expected {annotation}")

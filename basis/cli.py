@@ -13,8 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from basis.data import DATASETS, DatasetUnavailableError
-from basis.estimators import METHODS
+from basis.catalog import DATASETS, method_names
+from basis.errors import InputError
+from basis.outputs import atomic_path, write_json
 from basis.threads import limit_threads
 
 
@@ -42,12 +43,25 @@ def _maybe_tracked(args: argparse.Namespace, run_name: str, tags: dict[str, str]
         yield run
 
 
+def check_writable(path: str, *, folder: bool) -> None:
+    """Refuse, before any compute, an output path that cannot be written as asked."""
+    target = Path(path)
+    if folder and target.exists() and not target.is_dir():
+        raise InputError(f"--out {path} is an existing file; --out names a folder for the results")
+    if not folder and target.is_dir():
+        raise InputError(f"--out {path} is a folder; --out names the file to write")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from basis.data import load_inputs
+    from basis.device import resolve_device
     from basis.experiment import run_method
     from basis.settings import resolve_settings
 
     settings = resolve_settings(args.method, assignments=args.set, dataset=args.dataset)
+    resolve_device(args.device)
+    if args.out:
+        check_writable(args.out, folder=True)
     data = load_inputs(args.dataset, args.features, seed=args.data_seed, root=args.data_root)
     tags = {"dataset": args.dataset, "method": args.method, "seed": str(args.seed)}
     with _maybe_tracked(args, f"{args.dataset}-{args.method}-seed{args.seed}", tags) as run:
@@ -79,14 +93,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             out = Path(args.out)
             out.mkdir(parents=True, exist_ok=True)
             result.estimator.save(out / "model.pt")
-            np.savez(
-                out / "embedding.npz",
-                test=result.test_embedding,
-                reference=result.reference_embedding,
-                labels=data.y_test,
-            )
+            with atomic_path(out / "embedding.npz") as partial:
+                np.savez(partial, test=result.test_embedding, reference=result.reference_embedding, labels=data.y_test)
             # Scores only: the same seed gives the same file (timings go to MLflow and stdout).
-            (out / "metrics.json").write_text(json.dumps(scores, indent=2))
+            write_json(out / "metrics.json", scores)
         if run:
             run.log_metrics({k: v for k, v in output.items() if k != "device"})
             if args.out:
@@ -178,9 +188,10 @@ def cmd_features(args: argparse.Namespace) -> int:
     from basis.features import train_features
 
     options = _options(args.set, ["out_dim", "margin", "n_steps", "pairs_per_step", "lr"], "features")
+    check_writable(args.out, folder=False)
     data = load_dataset(args.dataset, seed=args.data_seed, root=args.data_root)
     if not data.is_image:
-        raise ValueError(
+        raise InputError(
             f"data set {args.dataset!r} has no images; Siamese features need one of the image sets or digits"
         )
     with _maybe_tracked(
@@ -200,7 +211,16 @@ def cmd_features(args: argparse.Namespace) -> int:
         )
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
-        np.savez(out, X_train=result["train"], y_train=data.y_train, X_test=result["test"], y_test=data.y_test)
+        with atomic_path(out) as partial:
+            np.savez(
+                partial,
+                X_train=result["train"],
+                y_train=data.y_train,
+                X_test=result["test"],
+                y_test=data.y_test,
+                dataset=args.dataset,  # checked by every run that reads these features
+                data_seed=args.data_seed,
+            )
         if args.checkpoint:
             result["model"].save(args.checkpoint)
         output = {
@@ -220,12 +240,16 @@ def cmd_features(args: argparse.Namespace) -> int:
 
 
 def cmd_study(args: argparse.Namespace) -> int:
-    from basis.catalog import study_parameters
+    from basis.catalog import check_value, study_annotations, study_parameters
+    from basis.device import resolve_device
+
+    options = _options(args.set, study_parameters(args.name), f"study {args.name!r}")
+    for key, value in options.items():
+        check_value(key, value, study_annotations(args.name)[key])
+    check_writable(args.out, folder=True)
+    resolve_device(args.device)
     from basis.studies import STUDIES, save_study
 
-    if args.name not in STUDIES:
-        raise ValueError(f"unknown study {args.name!r}; valid: {sorted(STUDIES)}")
-    options = _options(args.set, study_parameters(args.name), f"study {args.name!r}")
     study = STUDIES[args.name]
     accepted = study_parameters(args.name, include_common=True)
     common = {"seed": args.seed, "data_seed": args.data_seed, "device": args.device, "data_root": args.data_root}
@@ -254,14 +278,14 @@ def cmd_figure(args: argparse.Namespace) -> int:
     from basis.figures import FIGURES
 
     if args.name not in FIGURES:
-        raise ValueError(f"unknown figure {args.name!r}; valid: {sorted(FIGURES)}")
+        raise InputError(f"unknown figure {args.name!r}; valid: {sorted(FIGURES)}")
     draw = FIGURES[args.name]
     takes_many = next(iter(inspect.signature(draw).parameters)) == "folders"
     if not takes_many and len(args.input) != 1:
-        raise ValueError(f"figure {args.name!r} is drawn from one study folder, got {len(args.input)}")
+        raise InputError(f"figure {args.name!r} is drawn from one study folder, got {len(args.input)}")
     missing = [folder for folder in args.input if not (Path(folder) / "arrays.npz").is_file()]
     if missing:
-        raise FileNotFoundError(f"no arrays.npz in {missing}; run the study first")
+        raise InputError(f"no arrays.npz in {missing}; run the study first")
     with _maybe_tracked(args, args.name, {"figure": args.name}) as run:
         draw(args.input if takes_many else args.input[0], args.out)
         pdf = Path(args.out).with_suffix(".pdf")
@@ -285,7 +309,7 @@ def _options(assignments: list[str], valid: list[str], what: str) -> dict:
         options[".".join(path)] = value
     unknown = sorted(set(options) - set(valid))
     if unknown:
-        raise ValueError(f"unknown option(s) {unknown} for {what}; valid: {sorted(valid)}")
+        raise InputError(f"unknown option(s) {unknown} for {what}; valid: {sorted(valid)}")
     return options
 
 
@@ -311,7 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="train one method on one data set and evaluate it")
-    run.add_argument("--method", required=True, choices=sorted(METHODS))
+    run.add_argument("--method", required=True, choices=method_names())
     run.add_argument("--dataset", required=True, choices=DATASETS)
     run.add_argument("--features", help="a .npz from 'basis features' to use as input instead of the raw data")
     run.add_argument(
@@ -425,6 +449,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args.threads = limit_threads(args.threads)
         return args.func(args)
-    except (ValueError, DatasetUnavailableError, FileNotFoundError) as err:
+    except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -9,6 +9,7 @@ scikit-learn's bundled 8x8 digits, so the whole pipeline runs offline.
 from __future__ import annotations
 
 import hashlib
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,11 +20,12 @@ from sklearn.model_selection import train_test_split
 
 from basis import bunny, toy
 from basis.catalog import DATASETS, FEATURE_SETS, IMAGE_SETS  # noqa: F401 (the names, re-exported)
+from basis.errors import InputError
 
 DEFAULT_ROOT = Path("resources/data")
 
 
-class DatasetUnavailableError(RuntimeError):
+class DatasetUnavailableError(InputError):
     """An image data set is neither on disk nor downloadable."""
 
 
@@ -111,6 +113,48 @@ def _prepare_mnist_files(root: Path, spec: dict[str, Any], verify: bool) -> None
                     " delete it and download it again"
                 )
             extract_archive(str(archive), str(folder))
+    _check_idx_files(folder, verify)
+
+
+#: Images per split of MNIST and Fashion-MNIST.
+IDX_COUNTS = {"train": 60_000, "t10k": 10_000}
+
+
+def _idx_header(path: Path, magic: int, dims: int) -> tuple[int, ...]:
+    """The shape an IDX file declares, after checking its magic number and its size."""
+    with open(path, "rb") as handle:
+        header = handle.read(4 + 4 * dims)
+    if len(header) < 4 + 4 * dims or int.from_bytes(header[:4], "big") != magic:
+        found = int.from_bytes(header[:4], "big") if len(header) >= 4 else None
+        raise DatasetUnavailableError(
+            f"{path} is not an IDX file of this kind (magic number {found}, expected {magic}); delete it, and"
+            f" its .gz if that is bad too, then place the original file again"
+        )
+    shape = tuple(int.from_bytes(header[4 + 4 * i : 8 + 4 * i], "big") for i in range(dims))
+    expected = len(header) + int(np.prod(shape))
+    if path.stat().st_size != expected:
+        raise DatasetUnavailableError(
+            f"{path} holds {path.stat().st_size} bytes, its header declares {shape} ({expected} bytes): it is"
+            " truncated or corrupt; delete it, and its .gz if that is bad too, then place the original file again"
+        )
+    return shape
+
+
+def _check_idx_files(folder: Path, verify: bool) -> None:
+    """Check the extracted files torchvision reads (they are never checksummed): IDX
+    headers, sizes, as many labels as images and, for real data (``verify``), the known
+    number of images per split."""
+    for split, known in IDX_COUNTS.items():
+        images, labels = folder / f"{split}-images-idx3-ubyte", folder / f"{split}-labels-idx1-ubyte"
+        if not (images.exists() and labels.exists()):
+            continue
+        n_images, n_labels = _idx_header(images, 2051, 3)[0], _idx_header(labels, 2049, 1)[0]
+        if n_images != n_labels:
+            raise DatasetUnavailableError(f"{images} holds {n_images} images but {labels} {n_labels} labels")
+        if verify and n_images != known:
+            raise DatasetUnavailableError(
+                f"{images} holds {n_images} images, the {split} split has {known}: place the original files again"
+            )
 
 
 def _without_checksums(cls: type) -> type:
@@ -221,7 +265,7 @@ def load_dataset(
 ) -> Dataset:
     """Load any registered data set by name; ``options`` go to its loader."""
     if name not in DATASETS:
-        raise ValueError(f"unknown data set {name!r}; valid: {list(DATASETS)}")
+        raise InputError(f"unknown data set {name!r}; valid: {list(DATASETS)}")
     if name in IMAGE_SETS:
         return load_image_dataset(name, root, download=download, **options)
     if name == "digits":
@@ -231,16 +275,57 @@ def load_dataset(
     return load_toy(name, seed=seed, **options)
 
 
+def load_npz(path: str | Path, keys: tuple[str, ...], what: str) -> dict[str, np.ndarray]:
+    """The arrays ``keys`` of an ``.npz`` written by this package, or an InputError that
+    names the file, what it should be and what is wrong with it (missing, not an .npz,
+    empty or truncated, keys missing). Pickled objects are refused."""
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"{what} {path} does not exist")
+    try:
+        stored = np.load(path, allow_pickle=False)
+        if not isinstance(stored, np.lib.npyio.NpzFile):
+            raise InputError(f"{what} {path} is a single .npy array; expected an .npz with {list(keys)}")
+        with stored:
+            missing = sorted(set(keys) - set(stored.files))
+            if missing:
+                raise InputError(f"{what} {path} lacks {missing} (it has {sorted(stored.files)})")
+            return {key: stored[key] for key in keys}
+    except InputError:
+        raise
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+        raise InputError(f"{what} {path} is empty, truncated or not an .npz ({type(err).__name__}: {err})") from None
+
+
+#: Beyond this magnitude the float32 squared distances of the kNN graph overflow.
+MAX_FEATURE_MAGNITUDE = 1e15
+
+
 def load_inputs(
     dataset: str, features: str | Path | None = None, seed: int = 0, root: str | Path = "resources/data"
 ) -> Dataset:
-    """A data set's flat features: a features ``.npz`` (from ``basis features``) or the raw set."""
+    """A data set's flat features: a features ``.npz`` (from ``basis features``), checked
+    to belong to ``dataset`` and its split (``seed``), or the raw set."""
     if features is not None:
-        with np.load(Path(features)) as data:
-            missing = {"X_train", "y_train", "X_test", "y_test"} - set(data.files)
-            if missing:
-                raise ValueError(f"features file {features} lacks {sorted(missing)}")
-            return Dataset(dataset, data["X_train"], data["y_train"], data["X_test"], data["y_test"])
+        data = load_npz(features, ("X_train", "y_train", "X_test", "y_test", "dataset", "data_seed"), "features file")
+        if str(data["dataset"]) != dataset or int(data["data_seed"]) != seed:
+            raise InputError(
+                f"features file {features} holds {str(data['dataset'])!r} (data seed {int(data['data_seed'])}),"
+                f" not {dataset!r} (data seed {seed})"
+            )
+        for split in ("train", "test"):
+            X, y = data[f"X_{split}"], data[f"y_{split}"]
+            if X.ndim != 2 or y.shape != (len(X),) or not len(X):
+                raise InputError(
+                    f"features file {features}: X_{split} must be (n, d) and y_{split} (n,),"
+                    f" got {X.shape} and {y.shape}"
+                )
+            if not np.isfinite(X).all() or np.abs(X).max() > MAX_FEATURE_MAGNITUDE:
+                raise InputError(
+                    f"features file {features}: X_{split} must be finite and at most {MAX_FEATURE_MAGNITUDE:g} in"
+                    f" magnitude (larger values overflow the graph's distances); largest {np.abs(X).max():g}"
+                )
+        return Dataset(dataset, data["X_train"], data["y_train"], data["X_test"], data["y_test"])
     data = load_dataset(dataset, seed=seed, root=root)
     X_train, X_test = data.flat()
     return Dataset(dataset, X_train, data.y_train, X_test, data.y_test)

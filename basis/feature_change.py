@@ -19,6 +19,7 @@ import torch
 
 from basis import metrics
 from basis.alignment import apply_affine, global_transform
+from basis.errors import InputError
 from basis.estimators import BASiS
 from basis.features import SiameseFeatures
 from basis.references import analytic_embedding
@@ -110,11 +111,11 @@ class FeatureChangeTrainer:
         callback: Callable[[int, dict[str, float]], None] | None = None,
     ):
         if spectral_every < 1 or n_iter < spectral_every:
-            raise ValueError(
+            raise InputError(
                 f"need 1 <= spectral_every <= n_iter, got spectral_every={spectral_every}, n_iter={n_iter}"
             )
         if eval_every < 1 or eval_size < 2:
-            raise ValueError(f"eval_every must be >= 1 and eval_size >= 2, got {eval_every} and {eval_size}")
+            raise InputError(f"eval_every must be >= 1 and eval_size >= 2, got {eval_every} and {eval_size}")
         self.features = SiameseFeatures(
             out_dim,
             margin=margin,

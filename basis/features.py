@@ -16,7 +16,9 @@ from sklearn.neighbors import KNeighborsClassifier
 from tqdm.auto import tqdm
 
 from basis.device import resolve_device
+from basis.errors import InputError
 from basis.models import SiameseCNN
+from basis.outputs import atomic_path
 
 
 def contrastive_loss(z1: torch.Tensor, z2: torch.Tensor, same: torch.Tensor, margin: float = 1.0) -> torch.Tensor:
@@ -76,11 +78,17 @@ class SiameseFeatures:
     def start(self, images: np.ndarray, labels: np.ndarray) -> "SiameseFeatures":
         """Build the network and optimiser without training; :meth:`step` then trains
         one step at a time (Algorithm 2 interleaves these steps with spectral ones)."""
+        for name in ("out_dim", "n_steps", "pairs_per_step"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InputError(f"{name} must be a positive integer, got {value!r}")
+        if not self.lr > 0 or not self.margin > 0:
+            raise InputError(f"lr and margin must be positive, got {self.lr!r} and {self.margin!r}")
         images = np.asarray(images, dtype=np.float32)
         if images.ndim != 4 or not np.isfinite(images).all():
-            raise ValueError(f"images must be a finite (n, c, h, w) array, got shape {images.shape}")
+            raise InputError(f"images must be a finite (n, c, h, w) array, got shape {images.shape}")
         if len(np.unique(labels)) < 2:
-            raise ValueError("contrastive training needs at least two classes")
+            raise InputError("contrastive training needs at least two classes")
         self.device_ = resolve_device(self.device)
         self.rng_ = np.random.default_rng(self.seed)
         with torch.random.fork_rng(devices=[]):
@@ -127,14 +135,13 @@ class SiameseFeatures:
         return features
 
     def save(self, path: str | Path) -> None:
-        torch.save(
-            {
-                "in_shape": list(self.in_shape_),
-                "out_dim": self.out_dim,
-                "state_dict": {k: v.cpu() for k, v in self.model_.state_dict().items()},
-            },
-            Path(path),
-        )
+        state = {
+            "in_shape": list(self.in_shape_),
+            "out_dim": self.out_dim,
+            "state_dict": {k: v.cpu() for k, v in self.model_.state_dict().items()},
+        }
+        with atomic_path(path) as partial:
+            torch.save(state, partial)
 
     @classmethod
     def load(cls, path: str | Path, device: str = "auto") -> "SiameseFeatures":

@@ -14,6 +14,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from basis.errors import InputError
 from basis.settings import GraphConfig
 
 
@@ -26,7 +27,7 @@ def knn(X: torch.Tensor, n_neighbors: int, *, chunk_size: int = 2048) -> tuple[t
     """
     n = X.shape[0]
     if n_neighbors > n:
-        raise ValueError(f"n_neighbors={n_neighbors} exceeds the number of points {n}")
+        raise InputError(f"n_neighbors={n_neighbors} exceeds the number of points {n}")
     sq_norms = (X * X).sum(dim=1)
     dists, indices = [], []
     for start in range(0, n, chunk_size):
@@ -73,7 +74,7 @@ def dense_affinity(X: torch.Tensor, config: GraphConfig) -> torch.Tensor:
     """Symmetric kNN Gaussian affinity of a batch as a dense (m, m) tensor."""
     m = X.shape[0]
     if config.n_neighbors >= m:
-        raise ValueError(f"n_neighbors={config.n_neighbors} must be smaller than the batch size {m}")
+        raise InputError(f"n_neighbors={config.n_neighbors} must be smaller than the batch size {m}")
     dists, idx = knn(X, config.n_neighbors, chunk_size=m)
     weights = gaussian_weights(dists, kernel_bandwidth(dists, config), config.kernel)
     W = torch.zeros((m, m), dtype=X.dtype, device=X.device)
@@ -95,7 +96,7 @@ def sparse_affinity(
     X_t = torch.as_tensor(np.asarray(X, dtype=np.float32), device=device)
     n = X_t.shape[0]
     if config.n_neighbors >= n:
-        raise ValueError(f"n_neighbors={config.n_neighbors} must be smaller than the number of points {n}")
+        raise InputError(f"n_neighbors={config.n_neighbors} must be smaller than the number of points {n}")
     start = time.perf_counter()
     dists, idx = knn(X_t, config.n_neighbors)
     if timings is not None:

@@ -24,12 +24,14 @@ from scipy.optimize import linear_sum_assignment
 from sklearn.cluster import KMeans
 from sklearn.metrics import normalized_mutual_info_score
 
+from basis.errors import InputError
+
 VARIANTS = ("paper", "code")
 
 
 def _check_variant(variant: str) -> None:
     if variant not in VARIANTS:
-        raise ValueError(f"variant must be one of {list(VARIANTS)}, got {variant!r}")
+        raise InputError(f"variant must be one of {list(VARIANTS)}, got {variant!r}")
 
 
 def _normalize_columns(Y: np.ndarray) -> np.ndarray:
@@ -47,7 +49,7 @@ def grassmann_distance(Y1: np.ndarray, Y2: np.ndarray, *, variant: str = "paper"
     _check_variant(variant)
     Y1, Y2 = np.asarray(Y1, dtype=np.float64), np.asarray(Y2, dtype=np.float64)
     if Y1.ndim != 2 or Y1.shape != Y2.shape:
-        raise ValueError(f"Y1 and Y2 must be 2-D of equal shape, got {Y1.shape} and {Y2.shape}")
+        raise InputError(f"Y1 and Y2 must be 2-D of equal shape, got {Y1.shape} and {Y2.shape}")
     if variant == "paper":
         Q1, Q2 = np.linalg.qr(Y1)[0], np.linalg.qr(Y2)[0]
     else:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from basis.errors import InputError
+
 #: Hidden widths of the authors' 5-layer spectral network.
 HIDDEN_WIDTHS = (256, 512, 512, 256)
 
@@ -23,7 +25,7 @@ class SpectralMLP(nn.Module):
     ):
         super().__init__()
         if output_activation not in (None, "tanh"):
-            raise ValueError(f"output_activation must be None or 'tanh', got {output_activation!r}")
+            raise InputError(f"output_activation must be None or 'tanh', got {output_activation!r}")
         widths = (in_dim, *hidden)
         layers: list[nn.Module] = []
         for w_in, w_out in zip(widths[:-1], widths[1:]):

@@ -11,8 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from basis.data import Dataset
+from basis.data import Dataset, load_npz
+from basis.errors import InputError
 from basis.graph import sparse_affinity
+from basis.outputs import atomic_path
 from basis.settings import GraphConfig, reference_settings
 from basis.spectral import sparse_spectral_embedding
 
@@ -43,18 +45,19 @@ def save_reference(path: str | Path, data: Dataset, settings: dict[str, Any], de
     U = analytic_embedding(data.X_test, settings, n_components, device=device)
     meta = {**reference_settings(settings, n_components), "test_inputs": fingerprint(data.X_test)}
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    np.savez(path, embedding=U, settings=json.dumps(meta, sort_keys=True))
+    with atomic_path(path) as partial:
+        np.savez(partial, embedding=U, settings=json.dumps(meta, sort_keys=True))
     return {"seconds": time.perf_counter() - start, "n_test": len(U), **meta}
 
 
 def load_reference(path: str | Path, settings: dict[str, Any], n_components: int, X_test: np.ndarray) -> np.ndarray:
     """A stored reference, refused when it was computed with other settings or on other points."""
-    with np.load(Path(path)) as stored:
-        U, meta = stored["embedding"], json.loads(str(stored["settings"]))
+    stored = load_npz(path, ("embedding", "settings"), "reference")
+    U, meta = stored["embedding"], json.loads(str(stored["settings"]))
     expected = {
         **json.loads(json.dumps(reference_settings(settings, n_components))),
         "test_inputs": fingerprint(X_test),
     }
     if meta != expected:
-        raise ValueError(f"reference {path} was computed with {meta}, this run needs {expected}")
+        raise InputError(f"reference {path} was computed with {meta}, this run needs {expected}")
     return U

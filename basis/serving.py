@@ -9,10 +9,11 @@ points, or the 16-d Siamese features of an image set; the model's description sa
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import mlflow.pyfunc
 import numpy as np
+
+from basis.errors import InputError
 
 PACKAGE = Path(__file__).resolve().parent
 
@@ -25,7 +26,7 @@ class EmbeddingModel(mlflow.pyfunc.PythonModel):
 
         self.estimator = SpectralEstimator.load(context.artifacts["estimator"], device="cpu")
 
-    def predict(self, context, model_input: Any, params: dict | None = None) -> np.ndarray:
+    def predict(self, context, model_input, params=None):  # untyped: MLflow reads hints as a schema
         return self.estimator.transform(np.asarray(model_input, dtype=np.float32))
 
 
@@ -59,8 +60,15 @@ def log_embedding_model(checkpoint: str | Path, input_example: np.ndarray, descr
 
 def load_embedding(model: str | Path):
     """A callable X -> embedding from a checkpoint file (``model.pt``) or an MLflow model URI."""
-    if Path(model).is_file():
+    if Path(model).suffix == ".pt" or Path(model).is_file():
         from basis.estimators import SpectralEstimator
 
+        if not Path(model).is_file():
+            raise InputError(f"model checkpoint {model} does not exist")
         return SpectralEstimator.load(model, device="cpu").transform
-    return mlflow.pyfunc.load_model(str(model)).predict
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return mlflow.pyfunc.load_model(str(model)).predict
+    except (MlflowException, OSError) as err:
+        raise InputError(f"no MLflow model at {model}: {err}") from None

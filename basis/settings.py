@@ -12,7 +12,8 @@ import copy
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from basis.catalog import RUN_PARAMETERS, TOY_SETS, method_parameters
+from basis.catalog import RUN_PARAMETERS, TOY_SETS, check_value, method_annotations, method_parameters
+from basis.errors import InputError
 
 SCALE_RULES = ("local", "global", "fixed")
 KERNELS = ("paper", "code")
@@ -53,14 +54,14 @@ class GraphConfig:
 
     def __post_init__(self) -> None:
         if not isinstance(self.n_neighbors, int) or self.n_neighbors < 2:
-            raise ValueError(f"n_neighbors must be an integer >= 2, got {self.n_neighbors!r}")
+            raise InputError(f"n_neighbors must be an integer >= 2, got {self.n_neighbors!r}")
         _check_choice("scale", self.scale, SCALE_RULES)
         _check_choice("kernel", self.kernel, KERNELS)
         _check_choice("symmetrize", self.symmetrize, SYMMETRIZATIONS)
         if self.scale == "fixed" and (self.sigma is None or not self.sigma > 0):
-            raise ValueError("sigma must be a positive number when scale='fixed'")
+            raise InputError("sigma must be a positive number when scale='fixed'")
         if self.scale != "fixed" and not 0 < self.scale_neighbor < self.n_neighbors:
-            raise ValueError(
+            raise InputError(
                 f"scale_neighbor must be in [1, n_neighbors - 1] = [1, {self.n_neighbors - 1}],"
                 f" got {self.scale_neighbor}"
             )
@@ -74,7 +75,7 @@ class GraphConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ValueError(f"unknown graph option(s) {unknown}; valid: {sorted(known)}")
+            raise InputError(f"unknown graph option(s) {unknown}; valid: {sorted(known)}")
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:
@@ -83,7 +84,7 @@ class GraphConfig:
 
 def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
     if value not in choices:
-        raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
+        raise InputError(f"{name} must be one of {list(choices)}, got {value!r}")
 
 
 #: Table 1's protocol (paper Sec. 5.2 and the authors' code); every key can be overridden.
@@ -117,9 +118,12 @@ def parse_assignment(text: str) -> tuple[list[str], Any]:
     import yaml
 
     if "=" not in text:
-        raise ValueError(f"--set expects key=value, got {text!r}")
+        raise InputError(f"--set expects key=value, got {text!r}")
     key, raw = text.split("=", 1)
-    value = yaml.safe_load(raw)
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError as err:
+        raise InputError(f"--set {key.strip()}={raw!r}: the value is not valid YAML ({err.problem})") from None
     if isinstance(value, str):  # YAML 1.1 reads "1e-3" as a string
         try:
             value = float(value)
@@ -128,11 +132,23 @@ def parse_assignment(text: str) -> tuple[list[str], Any]:
     return key.strip().split("."), value
 
 
+def _annotation(section: str, key: str, method: str) -> str:
+    """The type a setting must have: a graph field's, an eval default's, or the method's."""
+    if section == "graph":
+        return next(f.type for f in fields(GraphConfig) if f.name == key)
+    if section == "eval":
+        return type(PROTOCOL["eval"][key]).__name__
+    if key == "n_components":
+        return "int | None"  # None: as many as the data set has classes
+    return method_annotations(method)[key]
+
+
 def resolve_settings(
     method: str, overrides: dict[str, Any] | None = None, assignments: list[str] = (), dataset: str | None = None
 ) -> dict[str, Any]:
-    """The protocol (with the toy-set defaults for a toy ``dataset``), then overrides;
-    unknown keys are named with the valid ones."""
+    """The protocol (with the toy-set defaults for a toy ``dataset``), then overrides and
+    ``key=value`` assignments; an unknown key is named with the valid ones, a value of
+    the wrong type with the type it must have (an InputError, before any compute)."""
     method_keys = set(method_parameters(method)) - set(RUN_PARAMETERS)
     settings = copy.deepcopy(PROTOCOL)
     if dataset in TOY_SETS:
@@ -141,13 +157,23 @@ def resolve_settings(
     items = list((overrides or {}).items()) + [
         (".".join(path), value) for path, value in (parse_assignment(a) for a in assignments)
     ]
+    # graph={...} and eval={...} set their keys one by one
+    items = [
+        (f"{dotted}.{key}", item) if dotted in ("graph", "eval") and isinstance(value, dict) else (dotted, value)
+        for dotted, value in items
+        for key, item in (value.items() if dotted in ("graph", "eval") and isinstance(value, dict) else [(None, None)])
+    ]
     for dotted, value in items:
         path = dotted.split(".")
         if path[0] in ("graph", "eval") and len(path) == 2:
             if path[1] not in settings[path[0]]:
-                raise ValueError(f"unknown key {dotted!r}; valid {path[0]} keys: {sorted(settings[path[0]])}")
+                raise InputError(f"unknown key {dotted!r}; valid {path[0]} keys: {sorted(settings[path[0]])}")
+            check_value(dotted, value, _annotation(path[0], path[1], method))
             settings[path[0]][path[1]] = value
+        elif path[0] in ("graph", "eval") and len(path) == 1:
+            raise InputError(f"{dotted}={value!r} is not valid: expected a mapping of {dotted}.* keys")
         elif len(path) == 1 and (path[0] in settings or path[0] in method_keys):
+            check_value(dotted, value, _annotation("", path[0], method))
             settings[path[0]] = value
         else:
             valid = (
@@ -155,7 +181,7 @@ def resolve_settings(
                 + [f"graph.{k}" for k in PROTOCOL["graph"]]
                 + [f"eval.{k}" for k in PROTOCOL["eval"]]
             )
-            raise ValueError(f"unknown key {dotted!r} for method {method!r}; valid: {valid}")
+            raise InputError(f"unknown key {dotted!r} for method {method!r}; valid: {valid}")
     GraphConfig.from_dict(settings["graph"])  # fail early on bad graph values
     return settings
 

@@ -18,6 +18,8 @@ import scipy.sparse.csgraph
 import scipy.sparse.linalg
 import torch
 
+from basis.errors import InputError
+
 log = logging.getLogger(__name__)
 
 OPERATORS = ("unnormalized", "normalized", "diffusion")
@@ -54,7 +56,7 @@ def operator_matrix(W: torch.Tensor, operator: str) -> torch.Tensor:
     """The matrix whose eigenvectors ``operator`` embeds: D^-1 W (``diffusion``), L_N
     (``normalized``) or L (``unnormalized``)."""
     if operator not in OPERATORS:
-        raise ValueError(f"operator must be one of {list(OPERATORS)}, got {operator!r}")
+        raise InputError(f"operator must be one of {list(OPERATORS)}, got {operator!r}")
     if operator == "diffusion":
         return transition_matrix(W)
     return normalized_laplacian(W) if operator == "normalized" else laplacian(W)
@@ -87,7 +89,7 @@ def check_connected(W, n_eigenvectors: int, on_disconnected: str = "warn") -> in
     eigenspace, and ``on_disconnected`` says whether to warn, raise or stay quiet.
     """
     if on_disconnected not in ON_DISCONNECTED:
-        raise ValueError(f"on_disconnected must be one of {list(ON_DISCONNECTED)}, got {on_disconnected!r}")
+        raise InputError(f"on_disconnected must be one of {list(ON_DISCONNECTED)}, got {on_disconnected!r}")
     n_components, _ = connected_components(W)
     if n_components == 1:
         return 1
@@ -97,7 +99,7 @@ def check_connected(W, n_eigenvectors: int, on_disconnected: str = "warn") -> in
         " kernel scale to connect it."
     )
     if n_components > n_eigenvectors or on_disconnected == "raise":
-        raise ValueError(message + f" ({n_eigenvectors} eigenvectors were requested)")
+        raise InputError(message + f" ({n_eigenvectors} eigenvectors were requested)")
     if on_disconnected == "warn":
         warnings.warn(message, DisconnectedGraphWarning, stacklevel=3)
     return n_components
@@ -105,10 +107,10 @@ def check_connected(W, n_eigenvectors: int, on_disconnected: str = "warn") -> in
 
 def _check_request(operator: str, n_components: int, n_nodes: int, drop_trivial: bool) -> int:
     if operator not in OPERATORS:
-        raise ValueError(f"operator must be one of {list(OPERATORS)}, got {operator!r}")
+        raise InputError(f"operator must be one of {list(OPERATORS)}, got {operator!r}")
     n_eig = n_components + int(drop_trivial)
     if not 1 <= n_components or n_eig >= n_nodes:
-        raise ValueError(
+        raise InputError(
             f"n_components={n_components} (plus {int(drop_trivial)} trivial) must be at least 1 and"
             f" smaller than the number of nodes {n_nodes}"
         )

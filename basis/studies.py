@@ -20,9 +20,11 @@ from basis import metrics
 from basis.alignment import align_affine, apply_affine, ransac_affine
 from basis.bunny import circular_correlation
 from basis.data import load_bunny, load_dataset
+from basis.errors import InputError
 from basis.estimators import BASiS
 from basis.feature_change import FeatureChangeTrainer, snapshot_arrays, summarize
 from basis.graph import GraphConfig, dense_affinity
+from basis.outputs import atomic_path, write_json
 from basis.references import analytic_embedding
 from basis.spectral import spectral_embedding
 from basis.toy import TOY_SETS, three_moons, three_moons_anchors
@@ -115,7 +117,7 @@ def toy_example(
     absolute tolerance 0.01 as in the authors' moons code.
     """
     if dataset not in TOY_SETS:
-        raise ValueError(f"unknown toy set {dataset!r}; valid: {sorted(TOY_SETS)}")
+        raise InputError(f"unknown toy set {dataset!r}; valid: {sorted(TOY_SETS)}")
     data = load_dataset(dataset, seed=data_seed, n_samples=n_samples)
     n_classes = data.n_classes
     anchors = three_moons_anchors(data.X_train, data.y_train)
@@ -198,7 +200,7 @@ def illustration(
     shares = ((0.6, 0.3, 0.15), (0.15, 0.35, 0.6))  # uneven sampling of the clusters
     smallest = int(min(min(s) for s in shares) * n_per_cluster) + 1 + shared_per_cluster
     if smallest <= n_neighbors:
-        raise ValueError(
+        raise InputError(
             f"n_per_cluster={n_per_cluster} leaves {smallest} points of a cluster in a subset, not more"
             f" than n_neighbors={n_neighbors}: the clusters would be joined; raise n_per_cluster"
         )
@@ -374,12 +376,12 @@ def feature_change(
     :class:`~basis.feature_change.FeatureChangeTrainer`."""
     data = load_dataset(dataset, seed=data_seed, root=data_root)
     if not data.is_image:
-        raise ValueError(f"data set {dataset!r} has no images; feature change needs an image set or digits")
+        raise InputError(f"data set {dataset!r} has no images; feature change needs an image set or digits")
     X_train, y_train, X_test, y_test = data.X_train, data.y_train, data.X_test, data.y_test
     if classes:
         missing = sorted(set(classes) - set(np.unique(y_train).tolist()))
         if missing:
-            raise ValueError(f"classes {missing} are not in {dataset!r}")
+            raise InputError(f"classes {missing} are not in {dataset!r}")
         keep_train, keep_test = np.isin(y_train, classes), np.isin(y_test, classes)
         X_train, y_train, X_test, y_test = (
             X_train[keep_train],
@@ -403,9 +405,9 @@ STUDIES: dict[str, Callable[..., Study]] = {
 
 
 def save_study(folder: str | Path, result: dict[str, float], arrays: dict[str, np.ndarray]) -> None:
-    import json
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(folder / "arrays.npz", **{k: np.asarray(v) for k, v in arrays.items() if v is not None})
-    (folder / "metrics.json").write_text(json.dumps({k: float(v) for k, v in result.items()}, indent=2))
+    with atomic_path(folder / "arrays.npz") as partial:
+        np.savez_compressed(partial, **{k: np.asarray(v) for k, v in arrays.items() if v is not None})
+    write_json(folder / "metrics.json", {k: float(v) for k, v in result.items()})

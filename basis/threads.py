@@ -12,6 +12,9 @@ splits the same budget between its two pipeline stages (see
 from __future__ import annotations
 
 import os
+import sys
+
+from basis.errors import InputError
 
 #: Environment variables read by OpenMP and the BLAS libraries when they load.
 THREAD_VARIABLES = (
@@ -35,15 +38,15 @@ def available_cores() -> int:
 def limit_threads(n_threads: int | None = None) -> int:
     """Cap every thread pool of this process at ``n_threads`` (default: the available
     cores) and return the number used."""
-    import torch
     from threadpoolctl import threadpool_limits
 
     n_threads = available_cores() if n_threads is None else n_threads
     if isinstance(n_threads, bool) or not isinstance(n_threads, int) or n_threads < 1:
-        raise ValueError(f"threads must be a positive integer, got {n_threads!r}")
+        raise InputError(f"threads must be a positive integer, got {n_threads!r}")
     for name in THREAD_VARIABLES:
         os.environ[name] = str(n_threads)
-    torch.set_num_threads(n_threads)
+    if "torch" in sys.modules:  # else torch reads OMP_NUM_THREADS when it is first imported
+        sys.modules["torch"].set_num_threads(n_threads)
     threadpool_limits(limits=n_threads)
     return n_threads
 

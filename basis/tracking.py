@@ -142,8 +142,28 @@ class TrackedRun:
 
         from basis.serving import log_embedding_model
 
-        with mlflow.start_run(run_id=self.run_id):
+        with _fluent_tracking_uri(self.client.tracking_uri), mlflow.start_run(run_id=self.run_id):
             log_embedding_model(checkpoint, input_example, description)
+
+
+@contextmanager
+def _fluent_tracking_uri(uri: str) -> Iterator[None]:
+    """MLflow's fluent API (model logging needs it) pointed at ``uri`` for a block only:
+    ``mlflow.set_tracking_uri`` also sets MLFLOW_TRACKING_URI, which would send every later
+    run of this process to the same store."""
+    # MLflow's own scoped setter (pinned version) restores its global; the variable is
+    # restored here, since MLflow unsets it when its global was unset.
+    from mlflow.tracking._tracking_service.utils import _use_tracking_uri
+
+    previous_env = os.environ.get("MLFLOW_TRACKING_URI")
+    try:
+        with _use_tracking_uri(uri):
+            yield
+    finally:
+        if previous_env is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = previous_env
 
 
 def process_tags() -> dict[str, str]:
@@ -197,9 +217,6 @@ def tracked_run(
     """Start a run; it ends FINISHED, or FAILED if the body raises, and a finished run
     marks older finished runs with the same key tags as ``superseded``. A run of the same
     job left RUNNING by a process that is gone (a killed job) is closed first."""
-    import mlflow
-
-    mlflow.set_tracking_uri(tracking_uri(store))
     mlflow_client = client(store)
     experiment_id = ensure_experiments([experiment], store)[experiment]
     all_tags = {"git_commit": git_commit(), **process_tags(), **{k: str(v) for k, v in tags.items()}}

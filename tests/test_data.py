@@ -185,3 +185,49 @@ def test_features_cli_rejects_unknown_option(tmp_path):
         timeout=HANG_GUARD_S,
     )
     assert completed.returncode == 2 and "unknown option" in completed.stderr
+
+
+def _raw(folder, name):
+    """The extracted IDX file beside a written .gz."""
+    with gzip.open(folder / f"{name}.gz") as handle:
+        (folder / name).write_bytes(handle.read())
+    return folder / name
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda f: f.write_bytes(b"\x00\x00\x08\x04" + f.read_bytes()[4:]), "magic number 2052, expected 2051"),
+        (lambda f: f.write_bytes(f.read_bytes()[:-100]), "truncated or corrupt"),
+    ],
+)
+def test_damaged_extracted_mnist_files_are_named(tmp_path, rng, damage, message):
+    folder = tmp_path / "MNIST" / "raw"
+    _write_mnist(folder, rng)
+    damage(_raw(folder, "train-images-idx3-ubyte"))
+    _raw(folder, "train-labels-idx1-ubyte")
+    with pytest.raises(DatasetUnavailableError, match=message) as err:
+        load_dataset("mnist", root=tmp_path, download=False, verify=False)
+    assert "train-images-idx3-ubyte" in str(err.value) and "place the original file again" in str(err.value)
+
+
+def test_mnist_with_fewer_labels_than_images_or_a_partial_split_is_refused(tmp_path, rng):
+    folder = tmp_path / "MNIST" / "raw"
+    arrays = _write_mnist(folder, rng, n_train=50)
+    _idx(folder / "train-labels-idx1-ubyte.gz", arrays["train-labels-idx1-ubyte.gz"][:40])
+    with pytest.raises(DatasetUnavailableError, match="holds 50 images but .* 40 labels"):
+        load_dataset("mnist", root=tmp_path, download=False, verify=False)
+    _idx(folder / "train-labels-idx1-ubyte.gz", arrays["train-labels-idx1-ubyte.gz"])
+    (folder / "train-labels-idx1-ubyte").unlink()
+    # real data is checked against the known size of each split (MD5s of the .gz aside)
+    for name in (
+        "train-images-idx3-ubyte",
+        "train-labels-idx1-ubyte",
+        "t10k-images-idx3-ubyte",
+        "t10k-labels-idx1-ubyte",
+    ):
+        _raw(folder, name)
+    from basis import data as data_module
+
+    with pytest.raises(DatasetUnavailableError, match="holds 50 images, the train split has 60000"):
+        data_module._check_idx_files(folder, verify=True)

@@ -45,9 +45,9 @@ def _logged(tmp_path, method):
 
 
 @pytest.mark.parametrize("method", sorted(OPTIONS))
-def test_pyfunc_prediction_equals_transform(tmp_path, method):
+def test_pyfunc_prediction_equals_transform(tmp_path, monkeypatch, method):
     X, estimator, _, store, run_id = _logged(tmp_path, method)
-    mlflow.set_tracking_uri(tracking.tracking_uri(store))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking.tracking_uri(store))
     model = mlflow.pyfunc.load_model(f"runs:/{run_id}/model")
     np.testing.assert_array_equal(model.predict(X), estimator.transform(X))
     assert model.metadata.signature.inputs.to_dict()[0]["tensor-spec"]["shape"] == (-1, 2)
@@ -82,3 +82,10 @@ def test_the_embed_command_reads_a_checkpoint_and_a_logged_model(tmp_path):
         assert done.returncode == 0, done.stderr[-2000:]
         assert json.loads(done.stdout)["n_components"] == 2
         np.testing.assert_array_equal(np.load(tmp_path / "Y.npy"), estimator.transform(X))
+
+
+def test_logging_a_model_leaves_the_tracking_uri_of_the_process_alone(tmp_path):
+    import os
+
+    _logged(tmp_path / "a", "basis")
+    assert "MLFLOW_TRACKING_URI" not in os.environ

@@ -171,13 +171,13 @@ def test_an_edit_to_a_method_reruns_its_runs_and_what_follows_them_only(workflow
         for line in (done.stdout + done.stderr).splitlines()
         if len(line.split()) == 2 and line.split()[1].isdigit()
     )
-    # SpecNet2's two runs, then the table and the comparison; no other method, study or sweep
-    assert counts.pop("total") == "4"
-    assert counts == {"train_and_evaluate": "2", "table1": "1", "comparison": "1"}, counts
+    # SpecNet2's two runs, then the table, the comparison and the target; no other method, study or sweep
+    assert counts.pop("total") == "5"
+    assert counts == {"train_and_evaluate": "2", "table1": "1", "comparison": "1", "all": "1"}, counts
     assert "Nothing to be done" in snakemake(workflow, "-n").stdout + snakemake(workflow, "-n").stderr
 
 
-def test_the_logged_model_is_the_model(workflow):
+def test_the_logged_model_is_the_model(workflow, monkeypatch):
     import mlflow
 
     from basis.estimators import SpectralEstimator
@@ -186,7 +186,7 @@ def test_the_logged_model_is_the_model(workflow):
     client, training = runs(workflow, "runs")
     for method in METHODS:
         run = next(r for r in training if r.data.tags["method"] == method and r.data.tags["seed"] == "0")
-        mlflow.set_tracking_uri(client.tracking_uri)
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", client.tracking_uri)
         predicted = mlflow.pyfunc.load_model(f"runs:/{run.info.run_id}/model").predict(features)
         model = SpectralEstimator.load(workflow / f"results/runs/digits/{method}/seed0/model.pt", device="cpu")
         np.testing.assert_array_equal(predicted, model.transform(features))

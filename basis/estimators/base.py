@@ -30,8 +30,10 @@ from sklearn.utils.validation import check_array
 from threadpoolctl import threadpool_limits
 
 from basis.device import resolve_device
+from basis.errors import InputError
 from basis.graph import GraphConfig, dense_affinity
 from basis.models import HIDDEN_WIDTHS, SpectralMLP
+from basis.outputs import atomic_path
 from basis.spectral import OPERATORS, connected_components, spectral_embedding
 
 StepCallback = Callable[[int, dict[str, float]], None]
@@ -47,7 +49,7 @@ def register(name: str) -> Callable[[type[SpectralEstimator]], type[SpectralEsti
 
     def join(cls: type[SpectralEstimator]) -> type[SpectralEstimator]:
         if name in METHODS:
-            raise ValueError(f"method name {name!r} is taken by {METHODS[name].__name__}")
+            raise InputError(f"method name {name!r} is taken by {METHODS[name].__name__}")
         cls.method_name = name
         METHODS[name] = cls
         return cls
@@ -58,12 +60,12 @@ def register(name: str) -> Callable[[type[SpectralEstimator]], type[SpectralEsti
 def make_estimator(method: str, **params: Any) -> SpectralEstimator:
     """Build a method by name, naming valid methods and parameters on a mistake."""
     if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; valid: {sorted(METHODS)}")
+        raise InputError(f"unknown method {method!r}; valid: {sorted(METHODS)}")
     cls = METHODS[method]
     valid = set(cls.parameter_names())
     unknown = sorted(set(params) - valid)
     if unknown:
-        raise ValueError(f"unknown parameter(s) {unknown} for method {method!r}; valid: {sorted(valid)}")
+        raise InputError(f"unknown parameter(s) {unknown} for method {method!r}; valid: {sorted(valid)}")
     return cls(**params)
 
 
@@ -73,7 +75,7 @@ def check_features(X: Any, name: str = "X") -> np.ndarray:
     X = check_array(X, dtype=np.float32, ensure_all_finite=False, input_name=name)
     if not np.isfinite(X).all():
         bad = int((~np.isfinite(X)).any(axis=1).sum())
-        raise ValueError(f"{name} contains NaN or inf in {bad} row(s)")
+        raise InputError(f"{name} contains NaN or inf in {bad} row(s)")
     return X
 
 
@@ -240,21 +242,21 @@ class SpectralEstimator(TransformerMixin, BaseEstimator):
     def _validate(self, n_samples: int) -> None:
         self._resolve()
         if self.operator not in OPERATORS:
-            raise ValueError(f"operator must be one of {list(OPERATORS)}, got {self.operator!r}")
+            raise InputError(f"operator must be one of {list(OPERATORS)}, got {self.operator!r}")
         for name in ("n_components", "batch_size", "n_iter"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+                raise InputError(f"{name} must be a positive integer, got {value!r}")
         if not self.lr > 0:
-            raise ValueError(f"lr must be positive, got {self.lr!r}")
+            raise InputError(f"lr must be positive, got {self.lr!r}")
         if self.batch_size > n_samples:
-            raise ValueError(
+            raise InputError(
                 f"batch_size={self.batch_size} exceeds the number of training points (n_samples={n_samples})"
             )
         if self.n_components + int(self.drop_trivial) >= self.batch_size:
-            raise ValueError(f"n_components={self.n_components} must be smaller than batch_size={self.batch_size}")
+            raise InputError(f"n_components={self.n_components} must be smaller than batch_size={self.batch_size}")
         if self.graph_.n_neighbors >= self.batch_size:
-            raise ValueError(
+            raise InputError(
                 f"graph.n_neighbors={self.graph_.n_neighbors} must be smaller than batch_size={self.batch_size}"
             )
         resolve_device(self.device)
@@ -290,7 +292,7 @@ class SpectralEstimator(TransformerMixin, BaseEstimator):
         if y is not None:
             y = np.asarray(y)
             if y.shape != (X.shape[0],):
-                raise ValueError(f"y must have shape ({X.shape[0]},), got {y.shape}")
+                raise InputError(f"y must have shape ({X.shape[0]},), got {y.shape}")
         self._validate(X.shape[0])
         self.device_ = resolve_device(self.device)
         self.n_features_in_ = X.shape[1]
@@ -395,7 +397,7 @@ class SpectralEstimator(TransformerMixin, BaseEstimator):
         self._check_fitted()
         X = check_features(X)
         if X.shape[1] != self.n_features_in_:
-            raise ValueError(
+            raise InputError(
                 f"X has {X.shape[1]} features, but {type(self).__name__} is expecting {self.n_features_in_} features"
                 " as input"
             )
@@ -416,7 +418,8 @@ class SpectralEstimator(TransformerMixin, BaseEstimator):
             "n_features_in": self.n_features_in_,
             "state_dict": {k: v.cpu() for k, v in self.model_.state_dict().items()},
         }
-        torch.save(state, Path(path))
+        with atomic_path(path) as partial:
+            torch.save(state, partial)
 
     @staticmethod
     def load(path: str | Path, *, device: str = "auto") -> SpectralEstimator:
@@ -433,6 +436,6 @@ class SpectralEstimator(TransformerMixin, BaseEstimator):
         except (KeyError, TypeError, RuntimeError, EOFError, OSError) as err:
             if isinstance(err, FileNotFoundError):
                 raise
-            raise ValueError(f"{path} is not a valid basis checkpoint: {err}") from err
+            raise InputError(f"{path} is not a valid basis checkpoint: {err}") from err
         estimator.model_.to(estimator.device_).eval()
         return estimator

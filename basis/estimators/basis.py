@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from basis.alignment import TOLERANCE_MODES, align_affine, apply_affine, ransac_affine
+from basis.errors import InputError
 from basis.estimators.base import FeaturesOf, SpectralEstimator, StepTimer, register
 
 
@@ -84,13 +85,13 @@ class BASiS(SpectralEstimator):
     def _validate(self, n_samples: int) -> None:
         super()._validate(n_samples)
         if self.anchors not in ("stratified", "random"):
-            raise ValueError(f"anchors must be 'stratified' or 'random', got {self.anchors!r}")
+            raise InputError(f"anchors must be 'stratified' or 'random', got {self.anchors!r}")
         if self.alignment not in ("ransac", "lstsq", "none"):
-            raise ValueError(f"alignment must be one of ['ransac', 'lstsq', 'none'], got {self.alignment!r}")
+            raise InputError(f"alignment must be one of ['ransac', 'lstsq', 'none'], got {self.alignment!r}")
         if not 0.0 <= self.anchor_outliers < 1.0:
-            raise ValueError(f"anchor_outliers must be in [0, 1), got {self.anchor_outliers!r}")
+            raise InputError(f"anchor_outliers must be in [0, 1), got {self.anchor_outliers!r}")
         if self.ransac_tolerance_mode not in TOLERANCE_MODES:
-            raise ValueError(
+            raise InputError(
                 f"ransac_tolerance_mode must be one of {list(TOLERANCE_MODES)}, got {self.ransac_tolerance_mode!r}"
             )
 
@@ -99,17 +100,17 @@ class BASiS(SpectralEstimator):
             fixed = [int(i) for i in self.anchor_indices]
             idx = torch.as_tensor(fixed, dtype=torch.int64)
             if len(set(fixed)) != len(idx) or idx.min() < 0 or idx.max() >= n:
-                raise ValueError(f"anchor_indices must be distinct indices in [0, {n})")
+                raise InputError(f"anchor_indices must be distinct indices in [0, {n})")
             return idx
         if self.anchors == "random":
             return self._sample(n, self.n_anchors)
         if y is None:
-            raise ValueError("anchors='stratified' needs labels y; pass y to fit or use anchors='random'")
+            raise InputError("anchors='stratified' needs labels y; pass y to fit or use anchors='random'")
         chosen = []
         for label in np.unique(y):
             members = torch.from_numpy(np.flatnonzero(y == label))
             if len(members) < self.anchors_per_class:
-                raise ValueError(
+                raise InputError(
                     f"class {label!r} has {len(members)} points, fewer than anchors_per_class={self.anchors_per_class}"
                 )
             chosen.append(members[torch.randperm(len(members), generator=self.generator_)[: self.anchors_per_class]])
@@ -119,14 +120,14 @@ class BASiS(SpectralEstimator):
         anchors = self._choose_anchors(X.shape[0], y)
         n_anchors, dim = len(anchors), self.n_components
         if self.alignment != "none" and n_anchors < dim + 1:
-            raise ValueError(f"{n_anchors} anchors cannot fix an affine map in K={dim}: at least K+1={dim + 1} needed")
+            raise InputError(f"{n_anchors} anchors cannot fix an affine map in K={dim}: at least K+1={dim + 1} needed")
         if self.alignment == "ransac" and not dim + 1 <= self.ransac_sample_size <= n_anchors:
-            raise ValueError(
+            raise InputError(
                 f"ransac_sample_size must be between K+1={dim + 1} and the number of anchors {n_anchors},"
                 f" got {self.ransac_sample_size}"
             )
         if n_anchors >= self.batch_size:
-            raise ValueError(f"{n_anchors} anchors leave no room in a batch of {self.batch_size}")
+            raise InputError(f"{n_anchors} anchors leave no room in a batch of {self.batch_size}")
         self.anchor_indices_ = anchors
         self.class_codes_ = None if y is None else torch.as_tensor(np.unique(y, return_inverse=True)[1])
         self.ransac_generator_ = torch.Generator().manual_seed(self.seed + 1)
@@ -141,7 +142,7 @@ class BASiS(SpectralEstimator):
         """Align later batches to ``anchor_embedding`` (one row per anchor), e.g. the
         reference re-embedded on new features and mapped by T_G (Algorithm 2)."""
         if anchor_embedding.shape != self.reference_anchor_embedding_.shape:
-            raise ValueError(
+            raise InputError(
                 f"the reference anchor embedding must have shape {tuple(self.reference_anchor_embedding_.shape)},"
                 f" got {tuple(anchor_embedding.shape)}"
             )
@@ -208,7 +209,7 @@ class BASiS(SpectralEstimator):
             if phi is not None:
                 return batch, X_batch, phi
             self.n_redrawn_batches_ += 1
-        raise ValueError(
+        raise InputError(
             f"{self.MAX_REDRAWS} batches in a row had a graph with more than"
             f" {self.n_components + int(self.drop_trivial)} connected components; increase graph.n_neighbors"
             " or batch_size"

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from basis.errors import InputError
 from basis.estimators.base import FeaturesOf, SpectralEstimator, StepTimer, register
 from basis.graph import dense_affinity
 from basis.spectral import operator_matrix, spectral_embedding
@@ -45,9 +46,9 @@ class DiffusionNet(SpectralEstimator):
     def _validate(self, n_samples: int) -> None:
         super()._validate(n_samples)
         if self.sample_size is not None and not self.batch_size <= self.sample_size <= n_samples:
-            raise ValueError(f"sample_size must be between batch_size and {n_samples}, got {self.sample_size}")
+            raise InputError(f"sample_size must be between batch_size and {n_samples}, got {self.sample_size}")
         if self.mu < 0 or self.eta < 0:
-            raise ValueError(f"mu and eta must be non-negative, got {self.mu} and {self.eta}")
+            raise InputError(f"mu and eta must be non-negative, got {self.mu} and {self.eta}")
 
     def _prepare(self, X: torch.Tensor, y: np.ndarray | None) -> None:
         size = self.sample_size or self.batch_size

@@ -9,6 +9,7 @@ import numpy as np
 import scipy.linalg
 import torch
 
+from basis.errors import InputError
 from basis.estimators.base import FeaturesOf, SpectralEstimator, StepTimer, check_features, register
 from basis.graph import dense_affinity, sparse_affinity
 
@@ -59,9 +60,9 @@ class SpecNet2(SpectralEstimator):
     def _validate(self, n_samples: int) -> None:
         super()._validate(n_samples)
         if self.gradient not in ("local", "neighbor"):
-            raise ValueError(f"gradient must be 'local' or 'neighbor', got {self.gradient!r}")
+            raise InputError(f"gradient must be 'local' or 'neighbor', got {self.gradient!r}")
         if self.operator == "unnormalized":
-            raise ValueError(
+            raise InputError(
                 "SpecNet2 learns the pencil (W, D), i.e. the random walk's eigenvectors D^-1/2 U of L_N; it has no"
                 " form for L = D - W: use operator 'normalized' (scored against L_N, as in the paper) or 'diffusion'"
             )

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from basis.errors import InputError
 from basis.estimators.base import FeaturesOf, SpectralEstimator, StepTimer, register
 from basis.graph import dense_affinity
 from basis.models import SpectralMLP
@@ -37,11 +38,11 @@ class SpectralNet(SpectralEstimator):
     def _validate(self, n_samples: int) -> None:
         super()._validate(n_samples)
         if self.drop_trivial:
-            raise ValueError(
+            raise InputError(
                 "SpectralNet learns the K smallest eigenvectors including the trivial one: use drop_trivial=False"
             )
         if self.operator == "diffusion":
-            raise ValueError(
+            raise InputError(
                 "SpectralNet learns L or L_N eigenvectors: operator must be 'unnormalized' or 'normalized'"
             )
 

@@ -6,7 +6,16 @@ from pathlib import Path
 from snakemake.utils import validate
 
 # Import-light modules only: a dry run must not import torch (see basis/catalog.py).
-from basis.catalog import DATASETS, FEATURE_SETS, TOY_SETS, code_version, method_names, study_parameters
+from basis.catalog import (
+    DATASETS,
+    FEATURE_SETS,
+    TOY_SETS,
+    check_value,
+    code_version,
+    method_names,
+    study_annotations,
+    study_parameters,
+)
 from basis.settings import resolve_settings
 from basis.tracking import config_hash
 
@@ -174,9 +183,19 @@ def check_config():
                 raise ValueError(
                     f"config: experiments.{name}.{key} has unknown settings {unknown}; valid: {sorted(valid)}"
                 )
-
-
-check_config()
+            for setting, value in STUDIES_CONFIG[name].get(key, {}).items():
+                try:
+                    check_value(setting, value, study_annotations(name)[setting])
+                except ValueError as err:
+                    raise ValueError(f"config: experiments.{name}.{key}: {err}") from None
+    # the ablation's BASiS runs: its settings on top of each data set's protocol
+    for dataset in ABLATION["datasets"]:
+        protocol = [] if dataset in TOY_SETS else settings_for("basis")
+        overrides = {**ABLATION.get("settings", {}), "alignment": "ransac"}
+        try:
+            resolve_settings("basis", overrides=overrides, assignments=protocol, dataset=dataset)
+        except ValueError as err:
+            raise ValueError(f"config: experiments.ablation.settings: {err}") from None
 
 
 def run_tags(wildcards, rule, variant=None, section=None):
@@ -277,3 +296,6 @@ STUDY_FIGURES = {
     "fig7_feature_change_tsne": ("feature_change_tsne", ["feature_change/main"]),
     "fig8_feature_change_subset": ("feature_change_snapshots", ["feature_change/subset"]),
 }
+
+
+check_config()

@@ -1,11 +1,11 @@
 """The alignment ablation: BASiS runs with RANSAC, least squares and no alignment, side by side."""
 
-import json
 import sys
 from pathlib import Path
 
 import pandas as pd
 
+from basis.outputs import read_metrics
 from basis.paper import ablation_markdown, sweep_summary
 from basis.tracking import tracked_run
 
@@ -14,7 +14,7 @@ with open(smk.log[0], "w") as log:
     sys.stderr = sys.stdout = log
     rows = []
     for path in map(Path, smk.input.metrics):  # results/ablation/{dataset}/{alignment}/seed{seed}/metrics.json
-        rows.append({"dataset": path.parts[-4], "method": path.parts[-3], **json.loads(path.read_text())})
+        rows.append({"dataset": path.parts[-4], "method": path.parts[-3], **read_metrics(path)})
     summary = sweep_summary(pd.DataFrame(rows), by="dataset").rename(columns={"method": "alignment"})
     summary.to_csv(smk.output.csv, index=False)
     Path(smk.output.markdown).write_text(ablation_markdown(summary))

@@ -1,11 +1,11 @@
 """The paper-vs-reproduced report: Table 1's numbers and one line per other claim."""
 
-import json
 import sys
 from pathlib import Path
 
 import pandas as pd
 
+from basis.outputs import read_metrics
 from basis.paper import claims_markdown, comparison_markdown, paper_claims
 from basis.tracking import tracked_run
 
@@ -13,7 +13,7 @@ smk = snakemake  # noqa: F821 (injected by Snakemake)
 
 
 def load(path):
-    return json.loads(Path(path).read_text())
+    return read_metrics(path)
 
 
 with open(smk.log[0], "w") as log:

@@ -1,12 +1,12 @@
 """Fig. 5: summarise the kNN sweep's runs per method and k, draw the four panels, log to MLflow."""
 
-import json
 import sys
 from pathlib import Path
 
 import pandas as pd
 
 from basis.figures import knn_sensitivity
+from basis.outputs import read_metrics
 from basis.paper import sweep_summary
 from basis.tracking import tracked_run
 
@@ -15,7 +15,7 @@ with open(smk.log[0], "w") as log:
     sys.stderr = sys.stdout = log
     rows = []
     for path in map(Path, smk.input.metrics):  # results/knn/{dataset}/k{k}/{method}/seed{seed}/metrics.json
-        rows.append({"method": path.parts[-3], "n_neighbors": int(path.parts[-4][1:]), **json.loads(path.read_text())})
+        rows.append({"method": path.parts[-3], "n_neighbors": int(path.parts[-4][1:]), **read_metrics(path)})
     summary = sweep_summary(pd.DataFrame(rows), by="n_neighbors")
     summary.to_csv(smk.output.csv, index=False)
     knn_sensitivity(summary, smk.output.png)

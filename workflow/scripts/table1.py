@@ -1,11 +1,11 @@
 """Assemble Table 1 from the runs' metrics, and log it to MLflow."""
 
-import json
 import sys
 from pathlib import Path
 
 import pandas as pd
 
+from basis.outputs import read_metrics
 from basis.paper import summarize, table_latex, table_markdown
 from basis.tracking import tracked_run
 
@@ -15,7 +15,7 @@ with open(smk.log[0], "w") as log:
     rows = []
     for path in map(Path, smk.input.metrics):
         dataset, method = path.parts[-4], path.parts[-3]
-        rows.append({"dataset": dataset, "method": method, "seed": path.parts[-2], **json.loads(path.read_text())})
+        rows.append({"dataset": dataset, "method": method, "seed": path.parts[-2], **read_metrics(path)})
     summary = summarize(pd.DataFrame(rows))
     summary.to_csv(smk.output.csv)
     Path(smk.output.markdown).write_text(table_markdown(summary))

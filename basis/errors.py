@@ -1,0 +1,7 @@
+"""The one class of errors that bad input raises."""
+
+
+class InputError(ValueError):
+    """A setting, file, data set or device that cannot be used, named in the message with
+    what was expected. The command line prints it and exits with status 2, before any
+    result is written; as a ValueError it is what scikit-learn expects from bad parameters."""
