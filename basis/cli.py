@@ -39,8 +39,36 @@ def _maybe_tracked(args: argparse.Namespace, run_name: str, tags: dict[str, str]
     for text in args.tag:
         path, value = parse_assignment(text)
         tags[".".join(path)] = str(value)
+    if "variant" in tags:  # e.g. a k of the sweep or an ablation setting: names stay unique
+        run_name = f"{run_name} ({tags['variant']})"
     with tracked_run(args.track, run_name, tags, store=args.store) as run:
         yield run
+
+
+def _progress(total: int, every: int | None = None):
+    """A step callback that prints step, loss, ms per step and the time left to stderr
+    every ``every`` steps (about 20 lines a run), so that a job's log shows progress."""
+    every = every or max(1, total // 20)
+    start = time.perf_counter()
+
+    def report(step: int, info: dict[str, float]) -> None:
+        done = step + 1
+        if done % every == 0 or done == total:
+            per_step = (time.perf_counter() - start) / done
+            print(
+                f"step {done}/{total}  loss {info['loss']:.4g}  {info.get('ms_step', per_step * 1e3):.1f} ms/step"
+                f"  ETA {per_step * (total - done):.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    return report
+
+
+def _callbacks(*callbacks):
+    """One step callback that calls each of ``callbacks`` that is not None."""
+    chosen = [c for c in callbacks if c is not None]
+    return lambda step, info: [c(step, info) for c in chosen]
 
 
 def check_writable(path: str, *, folder: bool) -> None:
@@ -59,7 +87,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from basis.settings import resolve_settings
 
     settings = resolve_settings(args.method, assignments=args.set, dataset=args.dataset)
-    resolve_device(args.device)
+    device = str(resolve_device(args.device))  # resolved once: logged as used
     if args.out:
         check_writable(args.out, folder=True)
     data = load_inputs(args.dataset, args.features, seed=args.data_seed, root=args.data_root)
@@ -72,19 +100,21 @@ def cmd_run(args: argparse.Namespace) -> int:
                     "dataset": args.dataset,
                     "seed": args.seed,
                     "data_seed": args.data_seed,
-                    "device": args.device,
+                    "device": device,
                     "threads": args.threads,
                     "features": args.features or "raw",
                     **settings,
+                    "n_components": settings["n_components"] or data.n_classes,
                 }
             )
+        n_iter = settings.get("n_iter", 1)
         result = run_method(
             args.method,
             data,
             seed=args.seed,
-            device=args.device,
+            device=device,
             settings=settings,
-            callback=run.log_step if run else None,
+            callback=_callbacks(run.log_step if run else None, _progress(n_iter)),
             reference=args.reference,
         )
         scores = {k: v for k, v in result.metrics.items() if k != "train_seconds"}
@@ -173,9 +203,10 @@ def cmd_tracking(args: argparse.Namespace) -> int:
     if args.action == "setup":
         ids = tracking.ensure_experiments(args.experiment, store=args.store)
         if args.flag:
-            Path(args.flag).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.flag).write_text(
-                json.dumps({"tracking_uri": tracking.tracking_uri(args.store), "experiments": ids}, indent=2)
+            # The store's identity, so that a later invocation notices a deleted or replaced store.
+            identity = tracking.store_identity(args.store)
+            write_json(
+                args.flag, {"tracking_uri": tracking.tracking_uri(args.store), "experiments": ids, "store": identity}
             )
         _print(ids, args.json)
     else:

@@ -8,9 +8,14 @@ from basis.errors import InputError
 
 
 def resolve_device(device: str) -> torch.device:
-    """``"auto"`` is CUDA when present, else CPU; anything else is passed to torch."""
+    """``"auto"`` is the GPU with the most free memory when there is one (so that jobs
+    started side by side on a box with several GPUs spread over them), else the CPU;
+    anything else is passed to torch and must exist."""
     if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        if not torch.cuda.is_available():
+            return torch.device("cpu")
+        free = [torch.cuda.mem_get_info(index)[0] for index in range(torch.cuda.device_count())]
+        return torch.device("cuda", max(range(len(free)), key=free.__getitem__))
     try:
         resolved = torch.device(device)
     except RuntimeError as err:

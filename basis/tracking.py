@@ -9,6 +9,7 @@ on a process-global active run.
 
 from __future__ import annotations
 
+import getpass
 import hashlib
 import json
 import logging
@@ -67,6 +68,25 @@ def ensure_experiments(names: list[str], store: str | Path = DEFAULT_STORE) -> d
                     raise
         ids[name] = experiment.experiment_id
     return ids
+
+
+def store_identity(store: str | Path = DEFAULT_STORE) -> str | None:
+    """Which local store this is (the creation time of its first experiment), read with
+    sqlite3 in read-only mode, without MLflow; None when there is no local store (or runs
+    go to a server, whose identity is its URI)."""
+    import sqlite3
+
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"]
+    database = Path(store) / "mlflow.db"
+    if not database.is_file():
+        return None
+    try:
+        with sqlite3.connect(f"{database.resolve().as_uri()}?mode=ro", uri=True) as connection:
+            (created,) = connection.execute("SELECT MIN(creation_time) FROM experiments").fetchone()
+    except sqlite3.Error:
+        return None
+    return None if created is None else str(created)
 
 
 def config_hash(section: Any) -> str:
@@ -219,7 +239,17 @@ def tracked_run(
     job left RUNNING by a process that is gone (a killed job) is closed first."""
     mlflow_client = client(store)
     experiment_id = ensure_experiments([experiment], store)[experiment]
-    all_tags = {"git_commit": git_commit(), **process_tags(), **{k: str(v) for k, v in tags.items()}}
+    commit = git_commit()
+    all_tags = {
+        "git_commit": commit,
+        # MLflow's standard source tags, which its UI shows
+        "mlflow.source.git.commit": commit,
+        "mlflow.source.type": "LOCAL",
+        "mlflow.source.name": "python -m basis",
+        "mlflow.user": getpass.getuser(),
+        **process_tags(),
+        **{k: str(v) for k, v in tags.items()},
+    }
     close_stale_runs(store, key=_key(all_tags), experiment_ids=[experiment_id])
     run = mlflow_client.create_run(experiment_id, run_name=run_name, tags=all_tags)
     tracked = TrackedRun(mlflow_client, run.info.run_id)

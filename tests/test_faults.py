@@ -108,3 +108,27 @@ def test_the_exit_is_status_2_without_a_traceback():
     )
     assert done.returncode == 2
     assert done.stderr.startswith("error: n_iter=True") and "Traceback" not in done.stderr
+
+
+def test_an_interrupted_write_leaves_the_old_file_whole(tmp_path):
+    from basis.outputs import atomic_path
+
+    target = tmp_path / "model.pt"
+    target.write_bytes(b"the finished model")
+    with pytest.raises(KeyboardInterrupt):
+        with atomic_path(target) as partial:
+            partial.write_bytes(b"half a mo")
+            raise KeyboardInterrupt  # a kill in the middle of the write
+    assert target.read_bytes() == b"the finished model"
+    assert [p.name for p in tmp_path.iterdir()] == ["model.pt"]  # no partial file left behind
+
+
+def test_a_corrupt_metrics_file_is_named_with_the_command_that_redoes_it(tmp_path):
+    from basis.errors import InputError
+    from basis.outputs import read_metrics
+
+    path = tmp_path / "results/runs/digits/basis/seed0/metrics.json"
+    path.parent.mkdir(parents=True)
+    path.write_text('{"d_G": 0.1, "nmi"')
+    with pytest.raises(InputError, match=r"metrics.json is missing or corrupt .* --forcerun .*seed0/metrics.json"):
+        read_metrics(path)

@@ -79,3 +79,16 @@ def test_a_one_thread_budget_runs_the_pipeline_in_turn_with_the_same_numbers():
         torch.set_num_threads(previous)
     assert runs[0][0] == runs[1][0]
     np.testing.assert_array_equal(runs[0][1], runs[1][1])
+
+
+def test_device_auto_takes_the_gpu_with_the_most_free_memory(monkeypatch):
+    from basis.device import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 3)
+    free = {0: 2e9, 1: 70e9, 2: 30e9}
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda index: (free[index], 80e9))
+    assert resolve_device("auto") == torch.device("cuda", 1)
+    assert resolve_device("cuda:2") == torch.device("cuda", 2)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("auto") == torch.device("cpu")

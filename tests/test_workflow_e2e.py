@@ -157,6 +157,21 @@ def test_second_invocation_runs_nothing_and_logs_nothing(workflow):
     assert len(runs(workflow, "runs")[1]) == before
 
 
+def test_a_deleted_store_is_not_taken_for_a_complete_one(workflow):
+    database = workflow / "results/mlflow/mlflow.db"
+    kept = database.read_bytes()
+    database.unlink()
+    try:
+        done = snakemake(workflow, "-n")
+        output = done.stdout + done.stderr
+        assert done.returncode != 0 and "Nothing to be done" not in output
+        assert "results/mlflow/mlflow.db is missing" in output and "delete results/mlflow/experiments.json" in output
+        assert not database.exists()  # the dry run created nothing
+    finally:
+        database.write_bytes(kept)
+    assert "Nothing to be done" in snakemake(workflow, "-n").stdout + snakemake(workflow, "-n").stderr
+
+
 def test_an_edit_to_a_method_reruns_its_runs_and_what_follows_them_only(workflow):
     module = workflow / "basis" / "estimators" / "specnet2.py"
     source = module.read_text()
@@ -175,6 +190,28 @@ def test_an_edit_to_a_method_reruns_its_runs_and_what_follows_them_only(workflow
     assert counts.pop("total") == "5"
     assert counts == {"train_and_evaluate": "2", "table1": "1", "comparison": "1", "all": "1"}, counts
     assert "Nothing to be done" in snakemake(workflow, "-n").stdout + snakemake(workflow, "-n").stderr
+
+
+def test_a_new_training_budget_reruns_the_runs_but_not_the_features(workflow):
+    import yaml
+
+    config = yaml.safe_load((workflow / TINY).read_text())
+    config["protocol"]["n_iter"] = 25
+    (workflow / "budget.yaml").write_text(yaml.safe_dump(config))
+    env = {**os.environ, "PYTHONPATH": str(workflow)}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "budget.yaml", "-n", "--quiet", "rules"],
+        capture_output=True,
+        text=True,
+        cwd=workflow,
+        env=env,
+        timeout=HANG_GUARD_S,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    jobs = {line.split()[0] for line in (done.stdout + done.stderr).splitlines() if len(line.split()) == 2}
+    assert "train_and_evaluate" in jobs
+    assert not {"siamese_features", "reference_embedding", "download"} & jobs, jobs
 
 
 def test_the_logged_model_is_the_model(workflow, monkeypatch):
@@ -255,8 +292,9 @@ def test_a_killed_jobs_run_is_closed_by_the_next_invocation(workflow):
     orphan = running[0].info.run_id
     assert client.get_run(orphan).info.status == "RUNNING"
     assert snakemake(workflow, "--unlock").returncode == 0  # what a user does after a kill
-    # The killed job's outputs are gone, so this invocation reruns it, and the rerun closes
-    # the run its killed process left RUNNING (the process is provably gone).
+    # The table is still there, so this invocation has no job to run (Snakemake does not rerun
+    # a job whose outputs were deleted under finished downstream results); being a real
+    # execution, it closes the run anyway, since its process is provably gone.
     done = snakemake(workflow)
     assert done.returncode == 0, done.stderr[-3000:]
     assert client.get_run(orphan).info.status == "KILLED"

@@ -18,7 +18,7 @@ rule ablation_run:
         "../envs/basis.yaml"
     threads: RUN_THREADS
     resources:
-        gpu=1,
+        gpu_slot=GPU_SLOT,
     params:
         code=CODE["basis"],
         command=ablation_command,

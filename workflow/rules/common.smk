@@ -3,6 +3,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 # Import-light modules only: a dry run must not import torch (see basis/catalog.py).
@@ -17,7 +18,7 @@ from basis.catalog import (
     study_parameters,
 )
 from basis.settings import resolve_settings
-from basis.tracking import config_hash
+from basis.tracking import config_hash, store_identity
 
 validate(config, schema="../schemas/config.schema.yaml")
 
@@ -42,6 +43,21 @@ TRACKING_FLAG = "results/mlflow/experiments.json"
 CODE = {method: code_version([method]) for method in method_names()} | {None: code_version()}
 CODE_PRESENTATION = code_version(presentation=True)
 
+
+def visible_gpus():
+    """GPUs on this machine, counted without importing torch (nvidia-smi -L)."""
+    try:
+        listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(line.startswith("GPU ") for line in listing.splitlines())
+
+
+# GPU jobs claim one `gpu_slot` where a GPU is visible (none on a CPU-only box, so that
+# there jobs run side by side); the profile sets how many slots the GPUs offer, i.e. how
+# many jobs share them. Each job takes the GPU with the most free memory (device auto).
+GPU_SLOT = 1 if visible_gpus() else 0
+
 # Threads per job; each job's `python -m basis ... --threads N` holds every thread pool
 # to them. One thread for the many runs (they fill the cores side by side), more for the
 # few whole-set jobs on the critical path. Change with --set-threads RULE=N.
@@ -49,10 +65,76 @@ RUN_THREADS = 1
 HEAVY_THREADS = 4
 
 
-onstart:
-    # Runs left RUNNING by killed jobs are closed by the next real execution (never by a
-    # dry run, --lint or --report) and only where their process is provably gone;
-    # a rerun of the killed job also closes its own (basis.tracking.tracked_run).
+def check_store():
+    """Refuse to take finished results for complete when the MLflow store behind them was
+    deleted or replaced: its runs are gone. Only reads the store (any command may run this)."""
+    flag = Path(TRACKING_FLAG)
+    if not flag.exists():
+        return
+    recorded = json.loads(flag.read_text()).get("store")
+    if store_identity() != recorded:
+        state = "is missing" if store_identity() is None else "is not the one the results were logged to"
+        raise WorkflowError(
+            f"the MLflow store results/mlflow/mlflow.db {state}, so the runs behind results/ are not in it."
+            f" Restore it, or delete {TRACKING_FLAG} to log every tracked job again into a new store"
+            " (all of them rerun)."
+        )
+
+
+check_store()
+
+
+# Jobs that only download, set up or tabulate run on the submitting host of a cluster
+# (compute nodes are often offline).
+localrules:
+    download,
+    tracking_setup,
+    table1,
+    knn_sensitivity,
+    ablation_table,
+    comparison,
+
+
+# Flags of Snakemake commands that only read: they never touch the MLflow store.
+READ_ONLY_FLAGS = {
+    "-n",
+    "--dry-run",
+    "--dryrun",
+    "--lint",
+    "--report",
+    "--list-rules",
+    "-l",
+    "--list",
+    "--summary",
+    "-S",
+    "--detailed-summary",
+    "-D",
+    "--dag",
+    "--rulegraph",
+    "--filegraph",
+    "--list-changes",
+    "--lc",
+    "--list-target-rules",
+    "--lt",
+    "--unlock",
+    "--containerize",
+    "--archive",
+    "--touch",
+    "-t",
+}
+
+
+def real_execution():
+    """Whether this invocation may run jobs (not a dry run, --lint, --report, a listing)."""
+    flags = {argument.split("=", 1)[0] for argument in sys.argv[1:]}
+    return workflow.is_main_process and not workflow.output_settings.dryrun and not flags & READ_ONLY_FLAGS
+
+
+if real_execution():
+    # Runs left RUNNING by killed jobs are closed here, by every real execution (also one
+    # with nothing to run, which a kill can leave: Snakemake does not rerun a job whose
+    # outputs were deleted under finished downstream results), and only where their
+    # process is provably gone (basis.tracking.close_stale_runs).
     subprocess.run([sys.executable, "-m", "basis", "tracking", "close-stale", "--json"], check=False)
 
 
@@ -63,16 +145,24 @@ def feature_input(wildcards):
     return []
 
 
-def protocol_settings():
-    """--set arguments of the shared protocol (all methods and the reference embedding)."""
-    shared = dict(config["protocol"])
-    graph = shared.pop("graph")
-    return [f"{k}={v}" for k, v in shared.items()] + [f"graph.{k}={v}" for k, v in graph.items()]
+# Settings reach a job by one route: `key=value` assignments with JSON values (which the
+# command line reads as YAML), checked by basis.settings.
+def assignments(settings):
+    return [f"{key}={json.dumps(value)}" for key, value in settings.items()]
+
+
+def protocol_settings(keys=None):
+    """Assignments of the shared protocol, or of its ``keys`` only (a reference embedding
+    depends on the graph and the operator, not on the training budget)."""
+    return assignments({k: v for k, v in config["protocol"].items() if keys is None or k in keys})
+
+
+REFERENCE_KEYS = ("graph", "operator", "drop_trivial")
 
 
 def settings_for(method):
-    """--set arguments for one method: shared protocol, then per-method overrides."""
-    return protocol_settings() + [f"{k}={v}" for k, v in config["methods"][method].items()]
+    """Assignments for one method: the shared protocol, then the method's own settings."""
+    return protocol_settings() + assignments(config["methods"][method])
 
 
 def set_options(assignments):
@@ -137,8 +227,8 @@ def run_command(method, wildcards, input, output, experiment, settings):
 
 
 def set_arguments(settings):
-    """--set arguments for a dict of settings; values as JSON, which the CLI reads as YAML."""
-    return set_options(f"{key}={json.dumps(value)}" for key, value in settings.items())
+    """--set arguments for a dict of settings."""
+    return set_options(assignments(settings))
 
 
 def study_settings(name, extra=None):
@@ -201,7 +291,7 @@ def check_config():
 def run_tags(wildcards, rule, variant=None, section=None):
     """MLflow tags naming the job: its rule, every wildcard, a variant (what sets this job
     apart from others of its rule), the config and a hash of its config section."""
-    if section is None:
+    if section is None:  # a run of a method: what its result depends on
         section = {
             "protocol": config["protocol"],
             "method": config["methods"].get(wildcards.get("method"), {}),

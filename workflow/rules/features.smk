@@ -13,7 +13,7 @@ rule siamese_features:
         "../envs/basis.yaml"
     threads: HEAVY_THREADS
     resources:
-        gpu=1,
+        gpu_slot=GPU_SLOT,
     params:
         code=CODE[None],
         command=lambda wildcards, output: [
@@ -33,6 +33,8 @@ rule siamese_features:
             "--data-seed",
             config["data_seed"],
         ],
-        tags=lambda wildcards: run_tags(wildcards, "siamese_features"),
+        tags=lambda wildcards: run_tags(
+            wildcards, "siamese_features", section={"features": config["features"], "data_seed": config["data_seed"]}
+        ),
     script:
         "../scripts/basis_command.py"

@@ -40,6 +40,7 @@ for figure, (drawing, folders) in STUDY_FIGURES.items():
             pdf=f"{FIGURES_DIR}/{figure}.pdf",
         log:
             f"results/logs/paper/{figure}.log",
+        localrule: True
         conda:
             "../envs/basis.yaml"
         threads: 1

@@ -12,10 +12,12 @@ rule reference_embedding:
         "../envs/basis.yaml"
     threads: HEAVY_THREADS
     resources:
-        gpu=1,
+        gpu_slot=GPU_SLOT,
     params:
         code=CODE[None],
-        command=lambda wildcards, input, output: reference_command(wildcards, input, output, protocol_settings()),
+        command=lambda wildcards, input, output: reference_command(
+            wildcards, input, output, protocol_settings(REFERENCE_KEYS)
+        ),
         tags=[],
     script:
         "../scripts/basis_command.py"

@@ -12,11 +12,11 @@ rule knn_reference:
         "../envs/basis.yaml"
     threads: HEAVY_THREADS
     resources:
-        gpu=1,
+        gpu_slot=GPU_SLOT,
     params:
         code=CODE[None],
         command=lambda wildcards, input, output: reference_command(
-            wildcards, input, output, protocol_settings() + [f"graph.n_neighbors={wildcards.k}"]
+            wildcards, input, output, protocol_settings(REFERENCE_KEYS) + [f"graph.n_neighbors={wildcards.k}"]
         ),
         tags=[],
     script:
@@ -40,7 +40,7 @@ rule knn_run:
         "../envs/basis.yaml"
     threads: RUN_THREADS
     resources:
-        gpu=1,
+        gpu_slot=GPU_SLOT,
     params:
         code=lambda wildcards: CODE[wildcards.method],
         command=lambda wildcards, input, output: run_command(

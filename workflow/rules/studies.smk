@@ -13,7 +13,7 @@ rule toy_example:
         "../envs/basis.yaml"
     threads: RUN_THREADS
     resources:
-        gpu=1,
+        gpu_slot=GPU_SLOT,
     params:
         code=CODE["basis"],
         command=lambda wildcards: study_command("toy", f"toy/{wildcards.dataset}", {"dataset": wildcards.dataset}),
@@ -71,7 +71,7 @@ rule bunny_diffusion_maps:
         "../envs/basis.yaml"
     threads: RUN_THREADS
     resources:
-        gpu=1,
+        gpu_slot=GPU_SLOT,
     params:
         code=CODE["basis"],
         command=study_command("bunny", "bunny"),
@@ -96,7 +96,7 @@ rule feature_change:
         "../envs/basis.yaml"
     threads: RUN_THREADS
     resources:
-        gpu=1,
+        gpu_slot=GPU_SLOT,
     params:
         code=CODE["basis"],
         command=lambda wildcards: study_command(

@@ -15,7 +15,7 @@ rule train_and_evaluate:
         "../envs/basis.yaml"
     threads: RUN_THREADS
     resources:
-        gpu=1,
+        gpu_slot=GPU_SLOT,
     params:
         code=lambda wildcards: CODE[wildcards.method],
         command=lambda wildcards, input, output: run_command(

@@ -5,11 +5,13 @@ from pathlib import Path
 
 import pandas as pd
 
+smk = snakemake  # noqa: F821 (injected by Snakemake)
+# The library comes from this checkout, whatever environment runs the job.
+sys.path.insert(0, str(Path(smk.scriptdir).parents[1]))
+
 from basis.outputs import read_metrics
 from basis.paper import claims_markdown, comparison_markdown, paper_claims
 from basis.tracking import tracked_run
-
-smk = snakemake  # noqa: F821 (injected by Snakemake)
 
 
 def load(path):

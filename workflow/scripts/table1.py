@@ -5,11 +5,14 @@ from pathlib import Path
 
 import pandas as pd
 
+smk = snakemake  # noqa: F821 (injected by Snakemake)
+# The library comes from this checkout, whatever environment runs the job.
+sys.path.insert(0, str(Path(smk.scriptdir).parents[1]))
+
 from basis.outputs import read_metrics
 from basis.paper import summarize, table_latex, table_markdown
 from basis.tracking import tracked_run
 
-smk = snakemake  # noqa: F821 (injected by Snakemake)
 with open(smk.log[0], "w") as log:
     sys.stderr = sys.stdout = log
     rows = []
