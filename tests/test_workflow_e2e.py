@@ -159,8 +159,8 @@ def test_second_invocation_runs_nothing_and_logs_nothing(workflow):
 
 def test_a_deleted_store_is_not_taken_for_a_complete_one(workflow):
     database = workflow / "results/mlflow/mlflow.db"
-    kept = database.read_bytes()
-    database.unlink()
+    kept = database.with_name("kept.db")
+    database.rename(kept)  # renamed, not copied: this process's open connections keep their file
     try:
         done = snakemake(workflow, "-n")
         output = done.stdout + done.stderr
@@ -168,7 +168,7 @@ def test_a_deleted_store_is_not_taken_for_a_complete_one(workflow):
         assert "results/mlflow/mlflow.db is missing" in output and "delete results/mlflow/experiments.json" in output
         assert not database.exists()  # the dry run created nothing
     finally:
-        database.write_bytes(kept)
+        kept.rename(database)
     assert "Nothing to be done" in snakemake(workflow, "-n").stdout + snakemake(workflow, "-n").stderr
 
 
