@@ -40,9 +40,19 @@ def tracking_uri(store: str | Path = DEFAULT_STORE) -> str:
 
 
 def client(store: str | Path = DEFAULT_STORE):
+    """An MLflow client of the store. A local SQLite store is opened under a file lock:
+    MLflow creates and migrates the database on first use, and two jobs doing that at once
+    into a new store both fail (alembic: "table ... already exists")."""
+    import fcntl
+
     from mlflow.tracking import MlflowClient
 
-    return MlflowClient(tracking_uri=tracking_uri(store))
+    uri = tracking_uri(store)
+    if not uri.startswith("sqlite:"):
+        return MlflowClient(tracking_uri=uri)
+    with open(Path(store) / ".store.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return MlflowClient(tracking_uri=uri)  # creates or migrates the database
 
 
 def ensure_experiments(names: list[str], store: str | Path = DEFAULT_STORE) -> dict[str, str]:

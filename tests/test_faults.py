@@ -132,3 +132,50 @@ def test_a_corrupt_metrics_file_is_named_with_the_command_that_redoes_it(tmp_pat
     path.write_text('{"d_G": 0.1, "nmi"')
     with pytest.raises(InputError, match=r"metrics.json is missing or corrupt .* --forcerun .*seed0/metrics.json"):
         read_metrics(path)
+
+
+def test_two_tracked_runs_started_at_once_into_a_new_store_both_finish(tmp_path):
+    """MLflow creates and migrates a new SQLite store on first use; two jobs doing it at
+    once used to both fail (alembic: "table ... already exists")."""
+    from basis.tracking import client
+
+    store = tmp_path / "store"
+    jobs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "basis",
+                "run",
+                "--method",
+                "basis",
+                "--dataset",
+                "two_moons",
+                "--seed",
+                str(seed),
+                "--set",
+                "n_iter=5",
+                "--set",
+                "eval.authors_probe_epochs=1",
+                "--threads",
+                "1",
+                "--track",
+                "exp",
+                "--store",
+                str(store),
+                "--json",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+        )
+        for seed in (0, 1)
+    ]
+    for job in jobs:
+        _, err = job.communicate(timeout=HANG_GUARD_S)
+        assert job.returncode == 0, err[-2000:]
+    mlflow_client = client(store)
+    runs = mlflow_client.search_runs([mlflow_client.get_experiment_by_name("exp").experiment_id])
+    assert sorted(r.data.tags["seed"] for r in runs) == ["0", "1"]
+    assert all(r.info.status == "FINISHED" and "superseded" not in r.data.tags for r in runs)
