@@ -4,6 +4,9 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
+report: "workflow/report/workflow.rst"
+
+
 # A config file given on the command line (--configfile) replaces this default instead of
 # being merged into it, so it runs exactly what it states; --config KEY=VALUE still
 # overrides single keys of whichever config is in use.

@@ -41,7 +41,7 @@ def _maybe_tracked(args: argparse.Namespace, run_name: str, tags: dict[str, str]
         tags[".".join(path)] = str(value)
     if "variant" in tags:  # e.g. a k of the sweep or an ablation setting: names stay unique
         run_name = f"{run_name} ({tags['variant']})"
-    with tracked_run(args.track, run_name, tags, store=args.store) as run:
+    with tracked_run(args.track, run_name, tags, store=args.store, parent=args.parent) as run:
         yield run
 
 
@@ -107,6 +107,10 @@ def cmd_run(args: argparse.Namespace) -> int:
                     "n_components": settings["n_components"] or data.n_classes,
                 }
             )
+            from basis.references import fingerprint
+
+            source = args.features or f"{args.dataset} (data seed {args.data_seed}, {args.data_root})"
+            run.log_dataset(args.dataset, fingerprint(data.X_train), source)
         n_iter = settings.get("n_iter", 1)
         result = run_method(
             args.method,
@@ -450,6 +454,7 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument(
             "--tag", action="append", default=[], metavar="KEY=VALUE", help="extra run tag (with --track)"
         )
+        command.add_argument("--parent", help="name of the run this one is grouped under, e.g. a sweep (with --track)")
     for command in (run, features, study, figure, tracking):
         command.add_argument(
             "--store", default="results/mlflow", help="folder of the SQLite store (unless MLFLOW_TRACKING_URI is set)"

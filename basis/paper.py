@@ -348,3 +348,47 @@ def paper_claims(
                 }
             )
     return rows
+
+
+def markdown_to_html(text: str) -> str:
+    """The markdown this module writes (headings, paragraphs, pipe tables, **bold**,
+    `code`) as a standalone HTML page, for the Snakemake report, which shows HTML inline."""
+    import html
+    import re
+
+    def inline(line: str) -> str:
+        line = html.escape(line)
+        line = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", line)
+        return re.sub(r"`(.+?)`", r"<code>\1</code>", line)
+
+    parts, rows = [], []
+
+    def close_table() -> None:
+        if rows:
+            head, *body = rows
+            parts.append(
+                "<table><thead><tr>"
+                + "".join(f"<th>{inline(c)}</th>" for c in head)
+                + "</tr></thead><tbody>"
+                + "".join("<tr>" + "".join(f"<td>{inline(c)}</td>" for c in row) + "</tr>" for row in body)
+                + "</tbody></table>"
+            )
+            rows.clear()
+
+    for line in text.splitlines():
+        if line.startswith("|"):
+            cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+            if not all(set(cell) <= set("-:") for cell in cells):  # the header separator row
+                rows.append(cells)
+            continue
+        close_table()
+        heading = re.match(r"(#{1,4}) (.*)", line)
+        if heading:
+            level = len(heading.group(1))
+            parts.append(f"<h{level}>{inline(heading.group(2))}</h{level}>")
+        elif line.strip():
+            parts.append(f"<p>{inline(line)}</p>")
+    close_table()
+    style = "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px;text-align:left}"
+    head = f"<head><meta charset='utf-8'><style>{style}</style></head>"
+    return f"<!DOCTYPE html><html>{head}<body>{''.join(parts)}</body></html>\n"

@@ -43,15 +43,12 @@ def client(store: str | Path = DEFAULT_STORE):
     """An MLflow client of the store. A local SQLite store is opened under a file lock:
     MLflow creates and migrates the database on first use, and two jobs doing that at once
     into a new store both fail (alembic: "table ... already exists")."""
-    import fcntl
-
     from mlflow.tracking import MlflowClient
 
     uri = tracking_uri(store)
     if not uri.startswith("sqlite:"):
         return MlflowClient(tracking_uri=uri)
-    with open(Path(store) / ".store.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with _store_lock(store):
         return MlflowClient(tracking_uri=uri)  # creates or migrates the database
 
 
@@ -162,6 +159,15 @@ class TrackedRun:
         """The run's description in the MLflow UI (its note)."""
         self.client.set_tag(self.run_id, "mlflow.note.content", text)
 
+    def log_dataset(self, name: str, digest: str, source: str, context: str = "training") -> None:
+        """The data set a run used, as an MLflow input (the UI's Datasets column)."""
+        from mlflow.entities import Dataset, DatasetInput, InputTag
+
+        dataset = Dataset(name=name, digest=digest, source_type="local", source=source)
+        self.client.log_inputs(
+            self.run_id, datasets=[DatasetInput(dataset, [InputTag("mlflow.data.context", context)])]
+        )
+
     def log_artifact(self, path: str | Path, folder: str | None = None) -> None:
         self.client.log_artifact(self.run_id, str(path), folder)
 
@@ -241,12 +247,44 @@ def _search_all(mlflow_client, experiment_ids: list[str], filter_string: str = "
 
 
 @contextmanager
+def _store_lock(store: str | Path) -> Iterator[None]:
+    """Serialise find-or-create steps of concurrent jobs on a local store (a server does
+    its own locking; there the lock file is only this host's)."""
+    import fcntl
+
+    Path(store).mkdir(parents=True, exist_ok=True)
+    with open(Path(store) / ".store.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def parent_run(mlflow_client, experiment_id: str, name: str, store: str | Path = DEFAULT_STORE) -> str:
+    """The id of the run named ``name`` that groups runs of one sweep or one data set's
+    seeds in the UI (created by the first of them; concurrent jobs create it once)."""
+    with _store_lock(store):
+        for run in _search_all(mlflow_client, [experiment_id], "attributes.status = 'FINISHED'"):
+            if run.data.tags.get("basis.parent") == name:
+                return run.info.run_id
+        run = mlflow_client.create_run(experiment_id, run_name=name, tags={"basis.parent": name})
+        mlflow_client.set_terminated(run.info.run_id, "FINISHED")
+        return run.info.run_id
+
+
+@contextmanager
 def tracked_run(
-    experiment: str, run_name: str, tags: dict[str, str], store: str | Path = DEFAULT_STORE
+    experiment: str,
+    run_name: str,
+    tags: dict[str, str],
+    store: str | Path = DEFAULT_STORE,
+    parent: str | None = None,
 ) -> Iterator[TrackedRun]:
     """Start a run; it ends FINISHED, or FAILED if the body raises, and a finished run
     marks older finished runs with the same key tags as ``superseded``. A run of the same
-    job left RUNNING by a process that is gone (a killed job) is closed first."""
+    job left RUNNING by a process that is gone (a killed job) is closed first. ``parent``
+    names the run it is grouped under (:func:`parent_run`). The host's CPU, memory and GPU
+    use are logged as system metrics while the run lasts."""
+    from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
     mlflow_client = client(store)
     experiment_id = ensure_experiments([experiment], store)[experiment]
     commit = git_commit()
@@ -260,16 +298,22 @@ def tracked_run(
         **process_tags(),
         **{k: str(v) for k, v in tags.items()},
     }
+    if parent:
+        all_tags["mlflow.parentRunId"] = parent_run(mlflow_client, experiment_id, parent, store)
     close_stale_runs(store, key=_key(all_tags), experiment_ids=[experiment_id])
     run = mlflow_client.create_run(experiment_id, run_name=run_name, tags=all_tags)
     tracked = TrackedRun(mlflow_client, run.info.run_id)
+    monitor = SystemMetricsMonitor(run.info.run_id, sampling_interval=5, tracking_uri=mlflow_client.tracking_uri)
+    monitor.start()
     try:
         yield tracked
         tracked.flush()
     except BaseException:
         tracked.flush()
+        monitor.finish()
         mlflow_client.set_terminated(run.info.run_id, "FAILED")
         raise
+    monitor.finish()
     mlflow_client.set_terminated(run.info.run_id, "FINISHED")
     supersede_older(mlflow_client, experiment_id, all_tags, run.info.run_id)
 

@@ -1,7 +1,15 @@
 import numpy as np
 import pandas as pd
 
-from basis.paper import PAPER_TABLE1, PAPER_VARIANT, comparison_markdown, summarize, table_latex, table_markdown
+from basis.paper import (
+    PAPER_TABLE1,
+    PAPER_VARIANT,
+    comparison_markdown,
+    markdown_to_html,
+    summarize,
+    table_latex,
+    table_markdown,
+)
 
 
 def _runs(values):
@@ -77,3 +85,9 @@ def test_best_per_column_is_bold_in_both_tables():
     assert "d_G_code" in code_table.splitlines()[2]
     assert "\\mathbf{0.100" in table_latex(summary)
     assert np.isfinite(summary.drop(columns="d_G_own_basis").to_numpy()).all()
+
+
+def test_the_report_gets_tables_as_html():
+    page = markdown_to_html("# Title\n\nSome `code` and **bold** <text>.\n\n| a | b |\n|---|---|\n| 1 | **2** |\n")
+    assert "<h1>Title</h1>" in page and "<code>code</code>" in page and "&lt;text&gt;" in page
+    assert "<table><thead><tr><th>a</th><th>b</th></tr></thead><tbody><tr><td>1</td><td><b>2</b></td></tr>" in page

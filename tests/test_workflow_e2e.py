@@ -106,8 +106,28 @@ def test_mlflow_holds_every_run_with_its_metrics(workflow):
         assert metrics["accuracy"] / 100 >= metrics["acc"] - 0.02  # a converged probe reads what K-means finds
         assert {"rule", "dataset", "method", "seed", "git_commit", "config_hash"} <= set(run.data.tags)
         assert run.data.params["n_iter"] == "20"
+        # resolved values, not "auto" and None; MLflow's own source tags; the data set as an input
+        assert run.data.params["device"] == "cpu" and run.data.params["n_components"] == "10"
+        assert run.data.tags["mlflow.source.git.commit"] == run.data.tags["git_commit"]
+        assert [i.dataset.name for i in run.inputs.dataset_inputs] == ["digits"]
+        assert any(key.startswith("system/") for key in metrics)
         assert len(client.get_metric_history(run.info.run_id, "loss")) == 20  # one point per step
         assert {a.path for a in client.list_artifacts(run.info.run_id)} >= {"metrics.json", "model.pt", "embedding.npz"}
+    # the seeds of each data set are grouped under one parent run, which shows Table 1
+    parents = {run.data.tags["mlflow.parentRunId"] for run in training}
+    assert len(parents) == 1
+    parent = client.get_run(parents.pop())
+    assert parent.info.run_name == "digits: Table 1 seeds"
+    assert {"basis/nmi/mean", "specnet2/d_G_own_basis/mean", "specnet1/accuracy/std"} <= set(parent.data.metrics)
+    # every run name is unique in its experiment (sweep values and settings are in the name)
+    for stage in ("runs", "sensitivity", "ablation", "studies"):
+        current = [r.info.run_name for r in runs(workflow, stage)[1] if "superseded" not in r.data.tags]
+        assert len(current) == len(set(current)), (stage, current)
+    # each job's log starts with the command that reruns it and shows progress
+    log = (workflow / "results/logs/runs/digits/basis/seed0.log").read_text()
+    assert log.startswith("# python -m basis run --method basis --dataset digits --seed 0")
+    assert "step 20/20" in log and "ms/step" in log
+    assert (workflow / "results/paper/table1.html").read_text().count("<table>") == 2
     assert len(runs(workflow, "features")[1]) == 1
     # table1, seven study figures, fig5, the ablation table and the comparison
     _, paper = runs(workflow, "paper")

@@ -199,10 +199,16 @@ def reference_command(wildcards, input, output, settings):
     ]
 
 
+# The MLflow run each sweep's runs and each data set's seeds are grouped under; table1
+# logs Table 1's mean and std onto the Table 1 parents.
+PARENTS = {"runs": "{dataset}: Table 1 seeds", "sensitivity": "{dataset}: kNN sweep", "ablation": "{dataset}: ablation"}
+
+
 def run_command(method, wildcards, input, output, experiment, settings):
     """`python -m basis run` for one method, data set and seed; against a stored
     reference when the job has one as input (else the run computes it)."""
     reference = getattr(input, "reference", None)
+    stage = experiment.rsplit("-", 1)[-1]
     return [
         "run",
         "--method",
@@ -219,6 +225,8 @@ def run_command(method, wildcards, input, output, experiment, settings):
         config["data_seed"],
         "--track",
         experiment,
+        "--parent",
+        PARENTS[stage].format(dataset=wildcards.dataset),
         *(["--reference", reference] if reference else []),
         *features_option(input),
         *siamese_option(input),

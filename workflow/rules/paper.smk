@@ -10,7 +10,8 @@ rule table1:
             seed=range(config["seeds"]),
         ),
     output:
-        markdown=report("results/paper/table1.md", caption="../report/table1.rst", category="Table 1"),
+        markdown="results/paper/table1.md",
+        html=report("results/paper/table1.html", caption="../report/table1.rst", category="Table 1"),
         csv="results/paper/table1.csv",
         tex="results/paper/table1.tex",
     log:
@@ -19,6 +20,8 @@ rule table1:
         "../envs/basis.yaml"
     threads: 1
     params:
+        runs_experiment=EXPERIMENTS["runs"],
+        parent=lambda wildcards: PARENTS["runs"],  # a template, formatted per data set by the script
         code=CODE_PRESENTATION,
         experiment=EXPERIMENTS["paper"],
         tags=lambda wildcards: run_tags(wildcards, "table1"),
@@ -92,7 +95,8 @@ rule ablation_table:
             seed=range(ABLATION["seeds"]),
         ),
     output:
-        markdown=report("results/paper/ablation.md", caption="../report/ablation.rst", category="Ablation"),
+        markdown="results/paper/ablation.md",
+        html=report("results/paper/ablation.html", caption="../report/ablation.rst", category="Ablation"),
         csv="results/paper/ablation.csv",
     log:
         "results/logs/paper/ablation.log",
@@ -119,7 +123,8 @@ rule comparison:
         bunny="results/studies/bunny/metrics.json",
         feature_change=expand("results/studies/feature_change/{part}/metrics.json", part=["main", "subset"]),
     output:
-        report("results/paper/comparison.md", caption="../report/comparison.rst", category="Comparison"),
+        markdown="results/paper/comparison.md",
+        html=report("results/paper/comparison.html", caption="../report/comparison.rst", category="Comparison"),
     log:
         "results/logs/paper/comparison.log",
     conda:

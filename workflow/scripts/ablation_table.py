@@ -10,7 +10,7 @@ smk = snakemake  # noqa: F821 (injected by Snakemake)
 sys.path.insert(0, str(Path(smk.scriptdir).parents[1]))
 
 from basis.outputs import read_metrics
-from basis.paper import ablation_markdown, sweep_summary
+from basis.paper import ablation_markdown, markdown_to_html, sweep_summary
 from basis.tracking import tracked_run
 
 with open(smk.log[0], "w") as log:
@@ -21,6 +21,7 @@ with open(smk.log[0], "w") as log:
     summary = sweep_summary(pd.DataFrame(rows), by="dataset").rename(columns={"method": "alignment"})
     summary.to_csv(smk.output.csv, index=False)
     Path(smk.output.markdown).write_text(ablation_markdown(summary))
+    Path(smk.output.html).write_text(markdown_to_html(ablation_markdown(summary)))
     tags = dict(tag.split("=", 1) for tag in smk.params.tags)
     with tracked_run(smk.params.experiment, "ablation", tags) as run:
         run.log_params({"n_runs": len(rows)})

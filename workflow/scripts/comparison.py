@@ -10,7 +10,7 @@ smk = snakemake  # noqa: F821 (injected by Snakemake)
 sys.path.insert(0, str(Path(smk.scriptdir).parents[1]))
 
 from basis.outputs import read_metrics
-from basis.paper import claims_markdown, comparison_markdown, paper_claims
+from basis.paper import claims_markdown, comparison_markdown, markdown_to_html, paper_claims
 from basis.tracking import tracked_run
 
 
@@ -30,8 +30,10 @@ with open(smk.log[0], "w") as log:
         feature_change={Path(path).parent.name: load(path) for path in smk.input.feature_change},
         ablation=pd.read_csv(smk.input.ablation),
     )
-    Path(smk.output[0]).write_text(comparison_markdown(table1) + "\n" + claims_markdown(rows))
+    text = comparison_markdown(table1) + "\n" + claims_markdown(rows)
+    Path(smk.output.markdown).write_text(text)
+    Path(smk.output.html).write_text(markdown_to_html(text))
     tags = dict(tag.split("=", 1) for tag in smk.params.tags)
     with tracked_run(smk.params.experiment, "comparison", tags) as run:
         run.log_metrics({"claims_reproduced": sum(r["reproduced"] for r in rows), "claims": len(rows)})
-        run.log_artifact(smk.output[0])
+        run.log_artifact(smk.output.markdown)

@@ -10,8 +10,8 @@ smk = snakemake  # noqa: F821 (injected by Snakemake)
 sys.path.insert(0, str(Path(smk.scriptdir).parents[1]))
 
 from basis.outputs import read_metrics
-from basis.paper import summarize, table_latex, table_markdown
-from basis.tracking import tracked_run
+from basis.paper import markdown_to_html, summarize, table_latex, table_markdown
+from basis.tracking import TrackedRun, client, ensure_experiments, parent_run, tracked_run
 
 with open(smk.log[0], "w") as log:
     sys.stderr = sys.stdout = log
@@ -22,7 +22,15 @@ with open(smk.log[0], "w") as log:
     summary = summarize(pd.DataFrame(rows))
     summary.to_csv(smk.output.csv)
     Path(smk.output.markdown).write_text(table_markdown(summary))
+    Path(smk.output.html).write_text(markdown_to_html(table_markdown(summary)))
     Path(smk.output.tex).write_text(table_latex(summary))
+    # Table 1 in the MLflow UI: each data set's mean and std on the run its seeds are grouped under
+    mlflow_client = client()
+    runs_experiment = ensure_experiments([smk.params.runs_experiment])[smk.params.runs_experiment]
+    for (dataset, method), row in summary.iterrows():
+        parent = parent_run(mlflow_client, runs_experiment, smk.params.parent.format(dataset=dataset))
+        values = {f"{method}/{measure}/{stat}": value for (measure, stat), value in row.items() if value == value}
+        TrackedRun(mlflow_client, parent).log_metrics(values)
     tags = dict(tag.split("=", 1) for tag in smk.params.tags)
     with tracked_run(smk.params.experiment, "table1", tags) as run:
         run.log_params({"n_runs": len(rows)})
