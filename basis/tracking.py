@@ -120,9 +120,10 @@ def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
 class TrackedRun:
     """One MLflow run: params, per-step metrics (buffered), final metrics, artifacts."""
 
-    def __init__(self, mlflow_client, run_id: str):
+    def __init__(self, mlflow_client, run_id: str, store: str | Path = DEFAULT_STORE):
         self.client = mlflow_client
         self.run_id = run_id
+        self.store = store
         self._pending: list = []
 
     def log_params(self, params: dict[str, Any]) -> None:
@@ -164,9 +165,11 @@ class TrackedRun:
         from mlflow.entities import Dataset, DatasetInput, InputTag
 
         dataset = Dataset(name=name, digest=digest, source_type="local", source=source)
-        self.client.log_inputs(
-            self.run_id, datasets=[DatasetInput(dataset, [InputTag("mlflow.data.context", context)])]
-        )
+        # The first run to log a data set creates its record: concurrent jobs take turns.
+        with _store_lock(self.store):
+            self.client.log_inputs(
+                self.run_id, datasets=[DatasetInput(dataset, [InputTag("mlflow.data.context", context)])]
+            )
 
     def log_artifact(self, path: str | Path, folder: str | None = None) -> None:
         self.client.log_artifact(self.run_id, str(path), folder)
@@ -302,7 +305,7 @@ def tracked_run(
         all_tags["mlflow.parentRunId"] = parent_run(mlflow_client, experiment_id, parent, store)
     close_stale_runs(store, key=_key(all_tags), experiment_ids=[experiment_id])
     run = mlflow_client.create_run(experiment_id, run_name=run_name, tags=all_tags)
-    tracked = TrackedRun(mlflow_client, run.info.run_id)
+    tracked = TrackedRun(mlflow_client, run.info.run_id, store)
     monitor = SystemMetricsMonitor(run.info.run_id, sampling_interval=5, tracking_uri=mlflow_client.tracking_uri)
     monitor.start()
     try:

@@ -136,7 +136,8 @@ def test_a_corrupt_metrics_file_is_named_with_the_command_that_redoes_it(tmp_pat
 
 def test_two_tracked_runs_started_at_once_into_a_new_store_both_finish(tmp_path):
     """MLflow creates and migrates a new SQLite store on first use; two jobs doing it at
-    once used to both fail (alembic: "table ... already exists")."""
+    once used to both fail (alembic: "table ... already exists"). They also create their
+    parent run and their data set's record once between them."""
     from basis.tracking import client
 
     store = tmp_path / "store"
@@ -163,6 +164,8 @@ def test_two_tracked_runs_started_at_once_into_a_new_store_both_finish(tmp_path)
                 "exp",
                 "--store",
                 str(store),
+                "--parent",
+                "two_moons seeds",
                 "--json",
             ],
             stdout=subprocess.PIPE,
@@ -176,6 +179,10 @@ def test_two_tracked_runs_started_at_once_into_a_new_store_both_finish(tmp_path)
         _, err = job.communicate(timeout=HANG_GUARD_S)
         assert job.returncode == 0, err[-2000:]
     mlflow_client = client(store)
-    runs = mlflow_client.search_runs([mlflow_client.get_experiment_by_name("exp").experiment_id])
+    found = mlflow_client.search_runs([mlflow_client.get_experiment_by_name("exp").experiment_id])
+    parents = [r for r in found if "basis.parent" in r.data.tags]
+    runs = [r for r in found if "basis.parent" not in r.data.tags]
+    assert len(parents) == 1 and {r.data.tags["mlflow.parentRunId"] for r in runs} == {parents[0].info.run_id}
     assert sorted(r.data.tags["seed"] for r in runs) == ["0", "1"]
     assert all(r.info.status == "FINISHED" and "superseded" not in r.data.tags for r in runs)
+    assert all([i.dataset.name for i in r.inputs.dataset_inputs] == ["two_moons"] for r in runs)
