@@ -306,7 +306,7 @@ def tracked_run(
     close_stale_runs(store, key=_key(all_tags), experiment_ids=[experiment_id])
     run = mlflow_client.create_run(experiment_id, run_name=run_name, tags=all_tags)
     tracked = TrackedRun(mlflow_client, run.info.run_id, store)
-    monitor = SystemMetricsMonitor(run.info.run_id, sampling_interval=5, tracking_uri=mlflow_client.tracking_uri)
+    monitor = SystemMetricsMonitor(run.info.run_id, sampling_interval=1, tracking_uri=mlflow_client.tracking_uri)
     monitor.start()
     try:
         yield tracked
