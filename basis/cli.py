@@ -68,7 +68,12 @@ def _progress(total: int, every: int | None = None):
 def _callbacks(*callbacks):
     """One step callback that calls each of ``callbacks`` that is not None."""
     chosen = [c for c in callbacks if c is not None]
-    return lambda step, info: [c(step, info) for c in chosen]
+
+    def each(step: int, info: dict[str, float]) -> None:
+        for callback in chosen:
+            callback(step, info)
+
+    return each
 
 
 def check_writable(path: str, *, folder: bool) -> None:
