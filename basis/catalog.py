@@ -3,8 +3,9 @@ parameters, studies and their settings.
 
 The workflow checks a config against these at parse time, and a dry run must not pay
 for torch. So the methods and studies are read from the source: a method is a class
-decorated with ``@register("name")`` in ``basis/estimators/``, a study an entry of
-``STUDIES`` in ``basis/studies.py``, and their parameters are their signatures. Nothing
+decorated with ``@register("name")`` in ``basis/estimators/``, a study a module of
+``basis/studies/`` with a ``STUDY = Study(...)`` declaration, and their parameters are
+their signatures. Nothing
 is listed twice: the data sets' names are stated here and read by the modules that load
 them; ``tests/test_settings.py`` checks the rest against the imported objects.
 """
@@ -17,6 +18,7 @@ from functools import cache
 from pathlib import Path
 
 from basis.errors import InputError
+from basis.studies import Figure, Study
 
 PACKAGE = Path(__file__).resolve().parent
 
@@ -115,21 +117,51 @@ def _study_settings(function: ast.FunctionDef) -> dict[str, str]:
     return settings
 
 
+def _declared(node: ast.expr):
+    """A declaration read from the source: ``Study(...)`` and ``Figure(...)`` calls become
+    the dataclasses, tuples and lists tuples, anything else a literal."""
+    if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("Study", "Figure"):
+        cls = Study if node.func.id == "Study" else Figure
+        return cls(**{keyword.arg: _declared(keyword.value) for keyword in node.keywords})
+    if isinstance(node, ast.Tuple | ast.List):
+        return tuple(_declared(item) for item in node.elts)
+    return ast.literal_eval(node)
+
+
+@cache
+def _study_sources() -> dict[str, tuple[Study, ast.Module, Path]]:
+    """Study name -> (its declaration, the module's syntax tree, the module's path)."""
+    studies = {}
+    for path in sorted((PACKAGE / "studies").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["STUDY"]:
+                studies[path.stem] = (_declared(node.value), tree, path)
+    return studies
+
+
+def _function(tree: ast.Module, name: str) -> ast.FunctionDef:
+    return next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
+
+
 @cache
 def _studies() -> dict[str, dict[str, str]]:
-    tree = ast.parse((PACKAGE / "studies.py").read_text())
-    functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
-    registry = next(
-        n for n in tree.body if isinstance(n, ast.AnnAssign | ast.Assign) and "STUDIES" in ast.unparse(n).split("=")[0]
-    )
     return {
-        key.value: _study_settings(functions[value.id])
-        for key, value in zip(registry.value.keys, registry.value.values, strict=True)
+        name: _study_settings(_function(tree, declaration.function))
+        for name, (declaration, tree, _) in _study_sources().items()
     }
 
 
 def study_names() -> list[str]:
-    return sorted(_studies())
+    """Every study of ``basis/studies/``, in the order of their first figures (the paper's)."""
+    declarations = {name: declaration for name, (declaration, _, _) in _study_sources().items()}
+    return sorted(declarations, key=lambda n: ([f.name for f in declarations[n].figures] or ["~"], n))
+
+
+def study_declaration(name: str) -> Study:
+    """What study ``name`` declares: its function, runs, figures, claims and GPU use."""
+    study_parameters(name)
+    return _study_sources()[name][0]
 
 
 def study_parameters(name: str, include_common: bool = False) -> list[str]:
@@ -146,12 +178,56 @@ def study_annotations(name: str) -> dict[str, str]:
     return dict(_studies()[name])
 
 
+def study_runs(name: str, section: dict) -> dict[str, dict]:
+    """The jobs of study ``name`` from its config section: run name -> settings (see
+    :class:`basis.studies.Study`; a study of one run has the run name ``""``). Raises an
+    InputError naming the section's problem: a missing or unexpected key, or a setting
+    the study does not take or of the wrong type."""
+    runs = study_declaration(name).runs
+    where = f"experiments.{name}"
+    if not isinstance(section, dict):
+        raise InputError(f"{where} must be a mapping, got {section!r}")
+    expected = {"settings"} | ({runs} if isinstance(runs, str) else set(runs or ()))
+    unexpected = sorted(set(section) - expected)
+    if unexpected:
+        raise InputError(f"{where} has unexpected keys {unexpected}; valid: {sorted(expected)}")
+    shared = section.get("settings") or {}
+    if runs is None:
+        jobs = {"": dict(shared)}
+    elif runs == "datasets":
+        if not section.get("datasets"):
+            raise InputError(f"{where}.datasets must list at least one data set")
+        jobs = {dataset: {**shared, "dataset": dataset} for dataset in section["datasets"]}
+    else:
+        missing = [run for run in runs if run not in section]
+        if missing:
+            raise InputError(f"{where} needs a section per run; missing {missing}")
+        jobs = {run: {**shared, **(section[run] or {})} for run in runs}
+    valid, annotations = study_parameters(name), study_annotations(name)
+    for run, settings in jobs.items():
+        for key, value in settings.items():
+            if key not in valid:
+                raise InputError(f"{where}: {name} takes no setting {key!r}; valid: {sorted(valid)}")
+            try:
+                check_value(key, value, annotations[key])
+            except InputError as err:
+                raise InputError(f"{where}{f' ({run})' if run else ''}: {err}") from None
+    return jobs
+
+
+def study_folder(name: str, run: str = "") -> str:
+    """Where a study run writes, relative to the results folder."""
+    return f"studies/{name}/{run}" if run else f"studies/{name}"
+
+
 # -- code versions: what a job's result depends on, for the workflow's rerun triggers ----------
-def source_hash(paths: list[Path]) -> str:
-    """Short hash of the given source files (names and contents)."""
+def source_hash(paths: list[Path], texts: list[str] = ()) -> str:
+    """Short hash of the given source files (names and contents) and source texts."""
     digest = hashlib.sha256()
     for path in sorted(paths):
         digest.update(str(path.relative_to(PACKAGE)).encode() + b"\0" + path.read_bytes())
+    for text in texts:
+        digest.update(b"\0" + text.encode())
     return digest.hexdigest()[:12]
 
 
@@ -159,22 +235,44 @@ def source_hash(paths: list[Path]) -> str:
 PRESENTATION = ("figures.py", "paper.py")
 
 
+def _study_parts(name: str) -> tuple[str, str]:
+    """A study module's code split in two: what its jobs compute with, and what only
+    presents the results (its declaration, figure drawing and claims). Comments and
+    formatting are left out, so that only a change of the code reruns jobs."""
+    declaration, tree, _ = _study_sources()[name]
+    presenting = {figure.draw for figure in declaration.figures} | {declaration.claims}
+    computing, presentation = [], []
+    for node in tree.body:
+        shown = isinstance(node, ast.FunctionDef) and node.name in presenting
+        shown |= isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["STUDY"]
+        (presentation if shown else computing).append(ast.unparse(node))
+    return "\n".join(computing), "\n".join(presentation)
+
+
 def library_sources() -> list[Path]:
-    """Every module a computing job may use: the package without the methods' own modules
-    and without the presentation modules."""
+    """Every module a computing job may use: the package without the methods' own modules,
+    the study modules and the presentation modules."""
     excluded = {path for _, path in _method_sources().values()} | {PACKAGE / name for name in PRESENTATION}
+    excluded |= {path for _, _, path in _study_sources().values()}
     return [path for path in PACKAGE.rglob("*.py") if path not in excluded]
 
 
-def code_version(methods: tuple[str, ...] | list[str] = (), *, presentation: bool = False) -> str:
+def code_version(
+    methods: tuple[str, ...] | list[str] = (), *, study: str | None = None, presentation: bool = False
+) -> str:
     """Version of the code a job runs, for the workflow's rerun trigger: the shared library
     plus the modules of ``methods`` (an edit to one method's module changes the version of
-    that method's jobs only), or, with ``presentation``, the figure and table modules."""
+    that method's jobs only) or the computing part of ``study``'s module; or, with
+    ``presentation``, the figure and table code (of every study included)."""
     if presentation:
-        return source_hash([PACKAGE / name for name in PRESENTATION])
+        shown = [_study_parts(name)[1] for name in sorted(_study_sources())]
+        return source_hash([PACKAGE / name for name in PRESENTATION], shown)
     for method in methods:
         method_parameters(method)  # a clear error for an unknown name
-    return source_hash(library_sources() + [_method_sources()[m][1] for m in methods])
+    computing = [_study_parts(study)[0]] if study is not None else []
+    if study is not None:
+        study_parameters(study)
+    return source_hash(library_sources() + [_method_sources()[m][1] for m in methods], computing)
 
 
 # -- types: config and command-line values checked against the annotations ------------------

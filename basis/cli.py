@@ -288,9 +288,9 @@ def cmd_study(args: argparse.Namespace) -> int:
         check_value(key, value, study_annotations(args.name)[key])
     check_writable(args.out, folder=True)
     resolve_device(args.device)
-    from basis.studies import STUDIES, save_study
+    from basis.studies import save_study, study_function
 
-    study = STUDIES[args.name]
+    study = study_function(args.name)
     accepted = study_parameters(args.name, include_common=True)
     common = {"seed": args.seed, "data_seed": args.data_seed, "device": args.device, "data_root": args.data_root}
     options.update({k: v for k, v in common.items() if k in accepted})
@@ -313,29 +313,30 @@ def cmd_study(args: argparse.Namespace) -> int:
 
 
 def cmd_figure(args: argparse.Namespace) -> int:
-    import inspect
+    from basis.catalog import study_declaration, study_names
 
-    from basis.figures import FIGURES
-
-    if args.name not in FIGURES:
-        raise InputError(f"unknown figure {args.name!r}; valid: {sorted(FIGURES)}")
-    draw = FIGURES[args.name]
-    takes_many = next(iter(inspect.signature(draw).parameters)) == "folders"
-    if not takes_many and len(args.input) != 1:
-        raise InputError(f"figure {args.name!r} is drawn from one study folder, got {len(args.input)}")
+    figures = {f.name: (name, f) for name in study_names() for f in study_declaration(name).figures}
+    if args.name not in figures:
+        raise InputError(f"unknown figure {args.name!r}; valid: {sorted(figures)}")
+    study, figure = figures[args.name]
+    expected = len(figure.runs) if figure.runs else 1 if study_declaration(study).runs is None else None
+    if expected is not None and len(args.input) != expected:
+        raise InputError(f"figure {args.name!r} is drawn from {expected} study folder(s), got {len(args.input)}")
     missing = [folder for folder in args.input if not (Path(folder) / "arrays.npz").is_file()]
     if missing:
-        raise InputError(f"no arrays.npz in {missing}; run the study first")
-    with _maybe_tracked(args, args.name, {"figure": args.name}) as run:
-        draw(args.input if takes_many else args.input[0], args.out)
-        pdf = Path(args.out).with_suffix(".pdf")
+        raise InputError(f"no arrays.npz in {missing}; run the study {study!r} first")
+    from basis.studies import study_function
+
+    out = Path(args.out)
+    pdf, caption = out.with_suffix(".pdf"), out.with_suffix(".rst")
+    with _maybe_tracked(args, args.name, {"figure": args.name, "study": study}) as run:
+        study_function(study, figure=args.name)([Path(folder) for folder in args.input], out)
+        caption.write_text(figure.caption + "\n")
         if run:
-            if args.caption:
-                run.set_description(Path(args.caption).read_text())
-                run.log_artifact(args.caption)
-            run.log_artifact(args.out)
-            run.log_artifact(pdf)
-    _print({"png": str(args.out), "pdf": str(pdf)}, args.json)
+            run.set_description(figure.caption)
+            for path in (out, pdf, caption):
+                run.log_artifact(path)
+    _print({"png": str(out), "pdf": str(pdf), "caption": str(caption)}, args.json)
     return 0
 
 
@@ -427,16 +428,15 @@ def build_parser() -> argparse.ArgumentParser:
     study = sub.add_parser(
         "study", help="one of the paper's other experiments (toy examples, bunny, feature change, ...)"
     )
-    study.add_argument("name", help="toy, illustration, consistency, bunny or feature_change")
+    study.add_argument("name", help="a module of basis/studies/ (toy, illustration, consistency, ...)")
     study.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a setting of the study")
     study.add_argument("--out", required=True, help="folder for metrics.json and arrays.npz")
     study.set_defaults(func=cmd_study)
 
     figure = sub.add_parser("figure", help="draw one of the paper's figures (PNG and PDF) from study folders")
-    figure.add_argument("name", help="a figure of basis.figures.FIGURES (toy_examples, bunny, ...)")
+    figure.add_argument("name", help="a figure a study declares (fig1_toy_examples, fig4_bunny_diffusion_maps, ...)")
     figure.add_argument("--input", action="append", required=True, help="a study folder (repeat for several)")
-    figure.add_argument("--out", required=True, help="the PNG to write; the PDF goes next to it")
-    figure.add_argument("--caption", help="caption file, logged with the figure (with --track)")
+    figure.add_argument("--out", required=True, help="the PNG to write; the PDF and the caption (.rst) go next to it")
     figure.set_defaults(func=cmd_figure)
 
     bench = sub.add_parser("bench", help="speed benchmarks (print figures)")

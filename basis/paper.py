@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pandas as pd
 
 #: Table 1's measures by the paper's equations (the probe: ours, trained to convergence).
@@ -249,51 +248,16 @@ def claims_markdown(rows: list[dict[str, str]]) -> str:
 
 
 def paper_claims(
-    toy: dict[str, dict[str, float]],
-    illustration: dict[str, float],
-    consistency: dict[str, float],
-    knn: pd.DataFrame,
-    bunny: dict[str, float],
-    feature_change: dict[str, dict[str, float]],
-    ablation: pd.DataFrame,
+    studies: dict[str, dict[str, dict[str, float]]], knn: pd.DataFrame, ablation: pd.DataFrame
 ) -> list[dict[str, str]]:
-    """Each claim of Secs. 3-5 beyond Table 1, checked against the measured numbers."""
+    """Each claim of Secs. 3-5 beyond Table 1, checked against the measured numbers: each
+    study's own (``studies``: study -> run -> metrics, checked by the claims function its
+    module declares), then the kNN sweep's and the ablation's."""
+    from basis.studies import study_function
+
     rows = []
-    for name, result in toy.items():
-        rows.append(
-            {
-                "claim": f"toy {name}: NMI and ACC of 1.0 on the test set (Sec. 5.1)",
-                "criterion": "both ≥ 0.995 (1.00 to two decimals)",
-                "measured": f"NMI {result['nmi']:.4f}, ACC {result['acc']:.4f}"
-                + (
-                    f" (analytic embedding of one batch: NMI {result['batch_analytic_nmi']:.3f})"
-                    if "batch_analytic_nmi" in result
-                    else ""
-                ),
-                "reproduced": min(result["nmi"], result["acc"]) >= 0.995,
-            }
-        )
-    rows.append(
-        {
-            "claim": "Fig. 2: aligning through the anchors makes the two subset embeddings agree",
-            "criterion": "error at shared points outside the fit (held out) cut ≥ 10x by the alignment"
-            " (the 3 anchors fit an affine map in K = 2 exactly, so their own error is 0 by construction)",
-            "measured": f"held out {illustration['held_out_error_before']:.3g} before,"
-            f" {illustration['held_out_error_after']:.2g} after;"
-            f" anchors {illustration['anchor_error_after']:.2g} after",
-            "reproduced": illustration["held_out_error_after"] <= 0.1 * illustration["held_out_error_before"],
-        }
-    )
-    rows.append(
-        {
-            "claim": "Fig. 3: after alignment the anchors' eigenvector values are consistent across batches",
-            "criterion": "spread across batches of nodes in every batch but outside the fit (held out) reduced ≥ 10x",
-            "measured": f"held out {consistency['held_out_reduction']:.0f}x"
-            f" ({consistency['held_out_spread_before']:.3g}"
-            f" → {consistency['held_out_spread_after']:.3g}); anchors {consistency['reduction']:.0f}x",
-            "reproduced": consistency["held_out_reduction"] >= 10,
-        }
-    )
+    for name, results in studies.items():
+        rows += study_function(name, "claims")(results)
     robustness = knn_robustness(knn)
     for measure in ("nmi", "acc", "d_G"):
         column = robustness[f"{measure}_std_across_k"]
@@ -304,26 +268,6 @@ def paper_claims(
                 "criterion": f"BASiS has the smallest std across k of the mean {measure}",
                 "measured": f"basis {column.get('basis', float('nan')):.4f}; {others}",
                 "reproduced": "basis" in column and column.idxmin() == "basis",
-            }
-        )
-    if np.isfinite(bunny["circular_correlation_network"]):
-        rows.append(
-            {
-                "claim": "Fig. 4: the network approximates the bunny's Diffusion-Maps circle",
-                "criterion": "circular correlation of the network's angle with the rotation ≥ 0.95",
-                "measured": f"{bunny['circular_correlation_network']:.3f} (analytic DM of the test frames"
-                f" {bunny['circular_correlation_analytic_test']:.3f}); d_G {bunny['d_G']:.3f}",
-                "reproduced": bunny["circular_correlation_network"] >= 0.95,
-            }
-        )
-    for name, result in feature_change.items():
-        rows.append(
-            {
-                "claim": f"Fig. 6 ({name}): under feature change the network's clustering follows the analytic one",
-                "criterion": "mean |NMI| and |ACC| gap (validation) over the last quarter ≤ 0.05",
-                "measured": f"NMI gap {result['nmi_gap_last']:.3f}, ACC gap {result['acc_gap_last']:.3f};"
-                f" final NMI {result['final_nmi_val']:.3f} vs analytic {result['final_nmi_analytic']:.3f}",
-                "reproduced": max(result["nmi_gap_last"], result["acc_gap_last"]) <= 0.05,
             }
         )
     for dataset, block in ablation.groupby("dataset"):

@@ -7,6 +7,9 @@ from sklearn.datasets import make_blobs, make_circles, make_moons
 
 from basis import catalog
 
+#: The authors' toy graph: k = 15 with one global scale; L = D - W, trivial vector dropped.
+TOY_GRAPH = {"n_neighbors": 15, "scale": "global", "scale_neighbor": 7}
+
 
 def three_moons(n_per_moon: int = 3330, noise: float = 0.07, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """The authors' three moons: radius 1 at the origin, radius 1.5 inverted around

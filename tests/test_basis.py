@@ -10,7 +10,7 @@ from sklearn.model_selection import train_test_split
 from basis import metrics
 from basis.estimators import BASiS, SpectralEstimator
 from basis.references import analytic_embedding
-from basis.studies import anchor_spread
+from basis.studies.consistency import anchor_spread
 from basis.toy import three_moons, three_moons_anchors
 
 # The authors' toy set-up: L = D - W, K = 2 without the trivial vector, 9 anchors,

@@ -1,8 +1,10 @@
 """The import-light catalog and settings agree with the library they describe."""
 
 import inspect
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -11,16 +13,21 @@ from basis.errors import InputError
 from basis.estimators import METHODS
 from basis.feature_change import FeatureChangeTrainer
 from basis.settings import resolve_settings
-from basis.studies import STUDIES
+from basis.studies import study_function, study_module
 from basis.toy import TOY_SETS
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_catalog_read_from_source_matches_the_imported_code():
     assert catalog.method_names() == sorted(METHODS)
     for name, cls in METHODS.items():
         assert list(catalog.method_parameters(name)) == cls.parameter_names()
-    assert catalog.study_names() == sorted(STUDIES)
-    for name, function in STUDIES.items():
+    modules = sorted(path.stem for path in (ROOT / "basis" / "studies").glob("*.py") if path.stem != "__init__")
+    assert sorted(catalog.study_names()) == modules
+    for name in catalog.study_names():
+        assert catalog.study_declaration(name) == study_module(name).STUDY  # read from source == imported
+        function = study_function(name)
         own = [p for p in inspect.signature(function).parameters.values() if p.kind is not p.VAR_KEYWORD]
         expected = [p.name for p in own]
         if len(own) < len(inspect.signature(function).parameters):  # **settings go to the trainer
@@ -72,3 +79,36 @@ def test_settings_name_the_unknown_key_and_the_valid_ones():
         resolve_settings("basis", assignments=["graph.k=3"])
     settings = resolve_settings("specnet2", assignments=['graph={"n_neighbors": 20}', "graph.scale=global"])
     assert settings["graph"]["n_neighbors"] == 20 and settings["graph"]["scale"] == "global"
+
+
+def test_a_study_edit_reruns_what_it_touches(tmp_path):
+    """Editing a study's computing code changes that study's code version only; editing
+    its figure or claims changes the presentation version only."""
+    import shutil
+
+    shutil.copytree(ROOT / "basis", tmp_path / "basis", ignore=shutil.ignore_patterns("__pycache__"))
+    probe = (
+        "import json; from basis import catalog;"
+        " print(json.dumps({**{n: catalog.code_version(study=n) for n in catalog.study_names()},"
+        " 'presentation': catalog.code_version(presentation=True), 'runs': catalog.code_version(['basis'])}))"
+    )
+
+    def versions():
+        done = subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path, env={"PYTHONPATH": tmp_path}
+        )
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    def changed(edit):
+        before = versions()
+        toy = tmp_path / "basis" / "studies" / "toy.py"
+        toy.write_text(edit(toy.read_text()))
+        after = versions()
+        return sorted(k for k in before if before[k] != after[k])
+
+    assert changed(lambda text: text + "\n# a comment\n") == []
+    assert changed(lambda text: text.replace('"""Sec. 5.1: NMI and ACC', '"""Sec. 5.1: the NMI and ACC')) == [
+        "presentation"
+    ]
+    assert changed(lambda text: text.replace("n_iter: int = 1000,", "n_iter: int = 999,")) == ["toy"]

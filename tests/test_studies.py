@@ -13,7 +13,10 @@ from conftest import HANG_GUARD_S
 from basis.data import load_dataset
 from basis.feature_change import FeatureChangeTrainer, summarize
 from basis.paper import paper_claims
-from basis.studies import anchor_consistency, feature_change, illustration, toy_example
+from basis.studies.consistency import anchor_consistency
+from basis.studies.feature_change import feature_change
+from basis.studies.illustration import illustration
+from basis.studies.toy import toy_example
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -159,29 +162,34 @@ def _claims(
             )
         ]
     )
-    rows = paper_claims(
-        toy={"three_moons": {"nmi": toy_nmi, "acc": 1.0}},
-        illustration={
-            "anchor_error_before": 0.3,
-            "anchor_error_after": 1e-12,
-            "held_out_error_before": 0.3,
-            "held_out_error_after": held_out_after,
+    studies = {
+        "toy": {"three_moons": {"nmi": toy_nmi, "acc": 1.0}},
+        "illustration": {
+            "": {
+                "anchor_error_before": 0.3,
+                "anchor_error_after": 1e-12,
+                "held_out_error_before": 0.3,
+                "held_out_error_after": held_out_after,
+            }
         },
-        consistency={
-            "reduction": 50.0,
-            "spread_before": 0.05,
-            "spread_after": 0.001,
-            "held_out_spread_before": 0.05,
-            "held_out_spread_after": held_out_spread,
-            "held_out_reduction": 0.05 / held_out_spread,
+        "consistency": {
+            "": {
+                "reduction": 50.0,
+                "spread_before": 0.05,
+                "spread_after": 0.001,
+                "held_out_spread_before": 0.05,
+                "held_out_spread_after": held_out_spread,
+                "held_out_reduction": 0.05 / held_out_spread,
+            }
         },
-        knn=knn,
-        bunny={"circular_correlation_network": circle, "circular_correlation_analytic_test": 0.99, "d_G": 0.05},
-        feature_change={
+        "bunny": {
+            "": {"circular_correlation_network": circle, "circular_correlation_analytic_test": 0.99, "d_G": 0.05}
+        },
+        "feature_change": {
             "main": {"nmi_gap_last": gap, "acc_gap_last": gap, "final_nmi_val": 0.9, "final_nmi_analytic": 0.9}
         },
-        ablation=ablation,
-    )
+    }
+    rows = paper_claims(studies, knn=knn, ablation=ablation)
     return {row["claim"].split(":")[0]: row["reproduced"] for row in rows}
 
 
@@ -218,10 +226,13 @@ def test_study_cli_writes_its_results_and_refuses_unknown_settings(tmp_path):
     assert printed.pop("seconds") > 0  # timings are printed and logged, not stored with the results
     assert json.loads((tmp_path / "metrics.json").read_text()) == printed
     figure = tmp_path / "fig2.png"
-    done = _basis("figure", "illustration", "--input", str(tmp_path), "--out", str(figure), "--json")
+    done = _basis("figure", "fig2_illustration", "--input", str(tmp_path), "--out", str(figure), "--json")
     assert done.returncode == 0, done.stderr
     assert figure.stat().st_size > 10_000 and figure.with_suffix(".pdf").stat().st_size > 1_000
+    assert figure.with_suffix(".rst").read_text().startswith("Fig. 2, illustration:")  # the declared caption
+    done = _basis("figure", "fig2_illustration", "--input", str(tmp_path), "--input", str(tmp_path), "--out", "x.png")
+    assert done.returncode == 2 and "drawn from 1 study folder(s), got 2" in done.stderr
     done = _basis("study", "bunny", "--out", str(tmp_path), "--set", "n_frame=10")
     assert done.returncode == 2 and "unknown option(s) ['n_frame']" in done.stderr and "n_frames" in done.stderr
-    done = _basis("figure", "bunny", "--input", str(tmp_path / "missing"), "--out", str(figure))
+    done = _basis("figure", "fig4_bunny_diffusion_maps", "--input", str(tmp_path / "missing"), "--out", str(figure))
     assert done.returncode == 2 and "no arrays.npz" in done.stderr

@@ -254,6 +254,17 @@ def test_the_logged_model_is_the_model(workflow, monkeypatch):
         assert "digits_siamese.pt" in {a.path for a in client.list_artifacts(run.info.run_id)}
 
 
+def test_the_report_shows_each_figure_with_the_caption_its_study_declares(workflow):
+    from basis import catalog
+
+    done = snakemake(workflow, "--report", "report.html")
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = (workflow / "report.html").read_text()
+    for name in catalog.study_names():
+        for figure in catalog.study_declaration(name).figures:
+            assert figure.caption[:60] in report, figure.name
+
+
 def test_lint_reports_nothing(workflow):
     done = snakemake(workflow, "--lint")
     assert done.returncode == 0

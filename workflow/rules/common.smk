@@ -14,8 +14,10 @@ from basis.catalog import (
     check_value,
     code_version,
     method_names,
-    study_annotations,
-    study_parameters,
+    study_declaration,
+    study_folder,
+    study_names,
+    study_runs,
 )
 from basis.settings import resolve_settings
 from basis.tracking import config_hash, store_identity
@@ -38,9 +40,11 @@ TRACKING_FLAG = "results/mlflow/experiments.json"
 
 # Each job's `code` param is the version of the library code it runs, so that an edit
 # reruns the jobs it affects (and what is downstream): a method's own module only its
-# runs, the shared library every computing job, figures.py and paper.py the tables and
-# figures. CODE[None] is the shared library alone.
+# runs, a study module's computing code only that study's runs, the shared library every
+# computing job, and figures.py, paper.py and the studies' figure and claims functions the
+# tables and figures. CODE[None] is the shared library alone.
 CODE = {method: code_version([method]) for method in method_names()} | {None: code_version()}
+CODE_STUDY = {name: code_version(study=name) for name in study_names()}
 CODE_PRESENTATION = code_version(presentation=True)
 
 
@@ -239,11 +243,6 @@ def set_arguments(settings):
     return set_options(assignments(settings))
 
 
-def study_settings(name, extra=None):
-    """--set arguments of one study: its config section's settings, then ``extra``."""
-    return set_arguments({**STUDIES_CONFIG[name].get("settings", {}), **(extra or {})})
-
-
 def check_config():
     """Checks the schema cannot express, before any job: every method's settings resolve,
     the graph fits in a batch, and every study setting is one the study takes."""
@@ -266,26 +265,6 @@ def check_config():
         raise ValueError(
             f"config: experiments.knn.methods {unknown_methods} are not in methods {sorted(config['methods'])}"
         )
-    sections = {
-        "toy": ["settings"],
-        "illustration": ["settings"],
-        "consistency": ["settings"],
-        "bunny": ["settings"],
-        "feature_change": ["settings", "main", "subset"],
-    }
-    for name, keys in sections.items():
-        valid = study_parameters(name)
-        for key in keys:
-            unknown = sorted(set(STUDIES_CONFIG[name].get(key, {})) - set(valid))
-            if unknown:
-                raise ValueError(
-                    f"config: experiments.{name}.{key} has unknown settings {unknown}; valid: {sorted(valid)}"
-                )
-            for setting, value in STUDIES_CONFIG[name].get(key, {}).items():
-                try:
-                    check_value(setting, value, study_annotations(name)[setting])
-                except ValueError as err:
-                    raise ValueError(f"config: experiments.{name}.{key}: {err}") from None
     # the ablation's BASiS runs: its settings on top of each data set's protocol
     for dataset in ABLATION["datasets"]:
         protocol = [] if dataset in TOY_SETS else settings_for("basis")
@@ -313,23 +292,68 @@ def run_tags(wildcards, rule, variant=None, section=None):
 
 
 # -- the experiments beyond Table 1 (studies.smk, sensitivity.smk, ablation.smk, paper.smk) --
-STUDY_OUTPUTS = ["results/studies/{folder}/metrics.json", "results/studies/{folder}/arrays.npz"]
+# Each module of basis/studies/ declares its study: how its config section splits into
+# runs, its figures (with captions) and claims. The rules below are built from those
+# declarations, so a new study is one module plus one config section.
+missing_sections = sorted(set(study_names()) - set(STUDIES_CONFIG))
+if missing_sections:
+    raise ValueError(
+        f"config: experiments has no section for the studies {missing_sections} (basis/studies/<name>.py);"
+        " add one (an empty mapping runs a study with its defaults)"
+    )
+try:
+    STUDY_RUNS = {name: study_runs(name, STUDIES_CONFIG[name] or {}) for name in study_names()}
+except ValueError as err:
+    raise ValueError(f"config: {err}") from None
+unknown_datasets = sorted(
+    {
+        s["dataset"]
+        for runs in STUDY_RUNS.values()
+        for s in runs.values()
+        if s.get("dataset", DATASETS[0]) not in DATASETS
+    }
+)
+if unknown_datasets:
+    raise ValueError(f"config: experiments: unknown data sets {unknown_datasets}; valid: {list(DATASETS)}")
+STUDIES = {name: study_declaration(name) for name in study_names()}
+STUDY_OUTPUTS = ["results/{folder}/metrics.json", "results/{folder}/arrays.npz"]
 
 
-def study_command(name, folder, extra=None):
-    return [
-        "study",
-        name,
-        "--out",
-        f"results/studies/{folder}",
-        "--track",
-        EXPERIMENTS["studies"],
-        "--data-root",
-        config["data_root"],
-        "--data-seed",
-        config["data_seed"],
-        *study_settings(name, extra),
-    ]
+def study_outputs(name):
+    """Output patterns of study ``name``'s rule: one folder, or one per run ({run})."""
+    folder = study_folder(name, "{run}" if STUDIES[name].runs is not None else "")
+    return expand(STUDY_OUTPUTS, folder=folder, allow_missing=True)
+
+
+def study_inputs(name):
+    """A study run waits for the tracking set-up and for the image set it embeds."""
+
+    def inputs(wildcards):
+        dataset = STUDY_RUNS[name][wildcards.get("run", "")].get("dataset")
+        data = [f"results/data/{dataset}.json"] if dataset in FEATURE_SETS else []
+        return {"flag": TRACKING_FLAG, "data": data}
+
+    return inputs
+
+
+def study_command(name):
+    def command(wildcards):
+        run = wildcards.get("run", "")
+        return [
+            "study",
+            name,
+            "--out",
+            f"results/{study_folder(name, run)}",
+            "--track",
+            EXPERIMENTS["studies"],
+            "--data-root",
+            config["data_root"],
+            "--data-seed",
+            config["data_seed"],
+            *set_arguments(STUDY_RUNS[name][run]),
+        ]
+
+    return command
 
 
 KNN = STUDIES_CONFIG["knn"]
@@ -366,33 +390,11 @@ def ablation_command(wildcards, input, output):
 
 
 FIGURES_DIR = "results/paper/figures"
-
-
-def figure_rule_params(name, folders, figure):
-    """`python -m basis figure` arguments for one figure drawn from study folders."""
-    inputs = [item for folder in folders for item in ("--input", f"results/studies/{folder}")]
-    return [
-        "figure",
-        name,
-        *inputs,
-        "--out",
-        f"{FIGURES_DIR}/{figure}.png",
-        "--track",
-        EXPERIMENTS["paper"],
-        "--caption",
-        f"workflow/report/{figure}.rst",
-    ]
-
-
-# figure file name -> (figure of basis.figures, study folders it is drawn from)
+# figure name -> (study, the study folders it is drawn from)
 STUDY_FIGURES = {
-    "fig1_toy_examples": ("toy_examples", [f"toy/{name}" for name in STUDIES_CONFIG["toy"]["datasets"]]),
-    "fig2_illustration": ("illustration", ["illustration"]),
-    "fig3_three_moons_consistency": ("anchor_consistency", ["consistency"]),
-    "fig4_bunny_diffusion_maps": ("bunny", ["bunny"]),
-    "fig6_feature_change_training": ("feature_change_training", ["feature_change/main"]),
-    "fig7_feature_change_tsne": ("feature_change_tsne", ["feature_change/main"]),
-    "fig8_feature_change_subset": ("feature_change_snapshots", ["feature_change/subset"]),
+    figure.name: (name, [study_folder(name, run) for run in (figure.runs or STUDY_RUNS[name])])
+    for name, study in STUDIES.items()
+    for figure in study.figures
 }
 
 

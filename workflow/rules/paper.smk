@@ -29,18 +29,19 @@ rule table1:
         "../scripts/table1.py"
 
 
-for figure, (drawing, folders) in STUDY_FIGURES.items():
+for figure, (study, folders) in STUDY_FIGURES.items():
 
     rule:
         name:
             f"figure_{figure}"
         input:
             flag=TRACKING_FLAG,
-            studies=[f"results/studies/{folder}/arrays.npz" for folder in folders],
-            caption=f"workflow/report/{figure}.rst",
+            studies=[f"results/{folder}/arrays.npz" for folder in folders],
         output:
-            png=report(f"{FIGURES_DIR}/{figure}.png", caption=f"../report/{figure}.rst", category="Figures"),
+            # the caption comes from the study's declaration; the report reads it from here
+            png=report(f"{FIGURES_DIR}/{figure}.png", caption=f"../../{FIGURES_DIR}/{figure}.rst", category="Figures"),
             pdf=f"{FIGURES_DIR}/{figure}.pdf",
+            caption=f"{FIGURES_DIR}/{figure}.rst",
         log:
             f"results/logs/paper/{figure}.log",
         localrule: True
@@ -49,8 +50,16 @@ for figure, (drawing, folders) in STUDY_FIGURES.items():
         threads: 1
         params:
             code=CODE_PRESENTATION,
-            command=figure_rule_params(drawing, folders, figure),
-            tags=run_tags({}, "figure", figure, STUDIES_CONFIG),
+            command=[
+                "figure",
+                figure,
+                *[item for folder in folders for item in ("--input", f"results/{folder}")],
+                "--out",
+                f"{FIGURES_DIR}/{figure}.png",
+                "--track",
+                EXPERIMENTS["paper"],
+            ],
+            tags=run_tags({}, "figure", figure, STUDIES_CONFIG[study]),
         script:
             "../scripts/basis_command.py"
 
@@ -117,11 +126,7 @@ rule comparison:
         table1="results/paper/table1.csv",
         knn="results/paper/knn_sensitivity.csv",
         ablation="results/paper/ablation.csv",
-        toy=expand("results/studies/toy/{dataset}/metrics.json", dataset=STUDIES_CONFIG["toy"]["datasets"]),
-        illustration="results/studies/illustration/metrics.json",
-        consistency="results/studies/consistency/metrics.json",
-        bunny="results/studies/bunny/metrics.json",
-        feature_change=expand("results/studies/feature_change/{part}/metrics.json", part=["main", "subset"]),
+        studies=[f"results/{study_folder(name, run)}/metrics.json" for name, runs in STUDY_RUNS.items() for run in runs],
     output:
         markdown="results/paper/comparison.md",
         html=report("results/paper/comparison.html", caption="../report/comparison.rst", category="Comparison"),
@@ -134,5 +139,6 @@ rule comparison:
         code=CODE_PRESENTATION,
         experiment=EXPERIMENTS["paper"],
         tags=lambda wildcards: run_tags(wildcards, "comparison", "comparison", config),
+        studies={name: list(runs) for name, runs in STUDY_RUNS.items()},
     script:
         "../scripts/comparison.py"

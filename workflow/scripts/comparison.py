@@ -13,23 +13,13 @@ from basis.outputs import read_metrics
 from basis.paper import claims_markdown, comparison_markdown, markdown_to_html, paper_claims
 from basis.tracking import tracked_run
 
-
-def load(path):
-    return read_metrics(path)
-
-
 with open(smk.log[0], "w") as log:
     sys.stderr = sys.stdout = log
     table1 = pd.read_csv(smk.input.table1, header=[0, 1], index_col=[0, 1])
-    rows = paper_claims(
-        toy={Path(path).parent.name: load(path) for path in smk.input.toy},
-        illustration=load(smk.input.illustration),
-        consistency=load(smk.input.consistency),
-        knn=pd.read_csv(smk.input.knn),
-        bunny=load(smk.input.bunny),
-        feature_change={Path(path).parent.name: load(path) for path in smk.input.feature_change},
-        ablation=pd.read_csv(smk.input.ablation),
-    )
+    # the metrics of every study run, in the order of params.studies (study -> its runs)
+    paths = iter(smk.input.studies)
+    studies = {name: {run: read_metrics(next(paths)) for run in runs} for name, runs in smk.params.studies.items()}
+    rows = paper_claims(studies, knn=pd.read_csv(smk.input.knn), ablation=pd.read_csv(smk.input.ablation))
     text = comparison_markdown(table1) + "\n" + claims_markdown(rows)
     Path(smk.output.markdown).write_text(text)
     Path(smk.output.html).write_text(markdown_to_html(text))

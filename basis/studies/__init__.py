@@ -1,0 +1,110 @@
+"""The paper's experiments beyond Table 1: one module per study (Figs. 1-4 and 6-8).
+
+A study module holds everything about its experiment: the function that runs it, the
+functions that draw its figures and check its claims, and one declaration of them::
+
+    STUDY = Study(
+        function="toy_example",        # (**settings) -> (metrics, arrays)
+        runs="datasets",               # how its config section splits into jobs
+        figures=[Figure(name="fig1_toy_examples", draw="draw_toy_examples", caption="...")],
+        claims="toy_claims",           # ({run: metrics}) -> rows of the comparison
+        gpu=True,
+    )
+
+The workflow reads the declarations at parse without importing the modules (see
+:func:`basis.catalog.study_declarations`), so every value in ``Study(...)`` and
+``Figure(...)`` is a literal and functions are named, not referenced. A new study is one
+module here plus one section under ``experiments`` in the config: the workflow gives it a
+rule, its figures and its comparison rows. Table 1, the kNN sweep (Fig. 5) and the
+alignment ablation are runs of the methods (``python -m basis run``) instead.
+
+Study settings are keyword arguments of the study's function (the paper's values are the
+defaults); ``python -m basis study NAME`` runs one and writes ``metrics.json`` and
+``arrays.npz``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib import import_module
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+
+#: What a study function returns: scalar metrics (comparison, MLflow) and the arrays its
+#: figures are drawn from.
+StudyResult = tuple[dict[str, float], dict[str, "np.ndarray"]]
+#: One row of the paper-vs-reproduced comparison: claim, criterion, measured, reproduced.
+ClaimRow = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A figure drawn from a study's runs.
+
+    name: file name under ``results/paper/figures/`` (PNG and PDF).
+    draw: function of the study's module, ``draw(folders: list[Path], out: Path)``.
+    caption: its caption in the Snakemake report and in MLflow (reStructuredText).
+    runs: the study runs it is drawn from, in order; empty for all of them.
+    """
+
+    name: str
+    draw: str
+    caption: str
+    runs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Study:
+    """One study's declaration, read by the workflow and the command line.
+
+    function: the study function of the module.
+    runs: how the config section ``experiments.<study>`` becomes jobs, each run's settings
+        being ``settings`` with the run's own on top:
+
+        - ``None``: one job, from ``settings``;
+        - ``"datasets"``: one job per data set listed under ``datasets``, as ``dataset``;
+        - a tuple of names: one job per name, each with its own section of settings.
+    figures: the figures drawn from its runs.
+    claims: function of the module, ``claims({run: metrics}) -> rows`` for the comparison.
+    gpu: whether its jobs train on the GPU (they claim one of the workflow's GPU slots).
+    """
+
+    function: str
+    runs: str | tuple[str, ...] | None = None
+    figures: tuple[Figure, ...] = field(default_factory=tuple)
+    claims: str | None = None
+    gpu: bool = False
+
+
+def study_module(name: str) -> ModuleType:
+    """The module of study ``name`` (importing it imports what the study computes with)."""
+    module = import_module(f"{__name__}.{name}")
+    if not isinstance(getattr(module, "STUDY", None), Study):
+        raise LookupError(f"{module.__name__} declares no STUDY")
+    return module
+
+
+def study_function(name: str, role: str = "function", figure: str | None = None):
+    """A function a study declares: ``function``, ``claims`` or the ``draw`` of ``figure``."""
+    module = study_module(name)
+    if figure is not None:
+        declared = next(f for f in module.STUDY.figures if f.name == figure)
+        return getattr(module, declared.draw)
+    return getattr(module, getattr(module.STUDY, role))
+
+
+def save_study(folder: str | Path, result: dict[str, float], arrays: dict[str, np.ndarray]) -> None:
+    """``metrics.json`` and ``arrays.npz`` of one study run, each written atomically."""
+    import numpy as np
+
+    from basis.outputs import atomic_path, write_json
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    with atomic_path(folder / "arrays.npz") as partial:
+        np.savez_compressed(partial, **{k: np.asarray(v) for k, v in arrays.items() if v is not None})
+    write_json(folder / "metrics.json", {k: float(v) for k, v in result.items()})
