@@ -37,15 +37,27 @@ def _homogeneous(phi: torch.Tensor) -> torch.Tensor:
     return torch.cat([phi, torch.ones_like(phi[..., :1])], dim=-1)
 
 
-def _check_anchors(source: torch.Tensor, target: torch.Tensor) -> None:
+#: The maps a batch can be aligned by: ``affine`` (the paper's, T in R^{K x (K+1)}) or
+#: ``linear`` (no translation, T in R^{K x K}; beyond the paper).
+MAPS = ("affine", "linear")
+
+
+def _design(phi: torch.Tensor, linear: bool) -> torch.Tensor:
+    """The rows a map multiplies: [phi, 1] for an affine map, phi for a linear one."""
+    return phi if linear else _homogeneous(phi)
+
+
+def _check_anchors(source: torch.Tensor, target: torch.Tensor, linear: bool = False) -> None:
     if source.ndim != 2 or source.shape != target.shape:
         raise InputError(
             f"source and target anchors must be 2-D arrays of equal shape, got {tuple(source.shape)}"
             f" and {tuple(target.shape)}"
         )
     n_anchors, dim = source.shape
-    if n_anchors < dim + 1:
-        raise InputError(f"an affine map in dimension K={dim} needs at least K+1={dim + 1} anchors, got {n_anchors}")
+    needed, count = (dim, "K") if linear else (dim + 1, "K+1")
+    if n_anchors < needed:
+        kind = "a linear" if linear else "an affine"
+        raise InputError(f"{kind} map in dimension K={dim} needs at least {count}={needed} anchors, got {n_anchors}")
 
 
 #: Singular values of a design below this fraction of its largest are treated as zero.
@@ -77,28 +89,33 @@ def least_squares(design: torch.Tensor, target: torch.Tensor, *, rcond: float = 
     return scaled / norms.transpose(-1, -2)
 
 
-def affine_least_squares(source: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+def affine_least_squares(source: torch.Tensor, target: torch.Tensor, *, linear: bool = False) -> torch.Tensor:
     """T = argmin_T sum_i ||target_i - T [source_i, 1]||^2 (``eq:stepAffie_transformation_least_squares2``).
 
     Solved by :func:`least_squares` (minimum norm where the anchors do not fix T). Works on
-    a batch of problems too (leading dimensions are broadcast). Returns T of shape (..., K, K+1).
+    a batch of problems too (leading dimensions are broadcast). Returns T of shape (..., K, K+1);
+    with ``linear``, the map without translation, T = argmin sum_i ||target_i - T source_i||^2,
+    of shape (..., K, K).
     """
-    return least_squares(_homogeneous(source), target).transpose(-1, -2).to(source.dtype)
+    return least_squares(_design(source, linear), target).transpose(-1, -2).to(source.dtype)
 
 
 def apply_affine(transform: torch.Tensor, phi: torch.Tensor) -> torch.Tensor:
-    """phi <- T [phi, 1] for every row (``eq:stepAlignment``)."""
-    return _homogeneous(phi) @ transform.T
+    """phi <- T [phi, 1] for every row (``eq:stepAlignment``); a square T (a linear map)
+    is applied as phi <- T phi."""
+    return _design(phi, transform.shape[-1] == phi.shape[-1]) @ transform.T
 
 
 def _row_errors(transform: torch.Tensor, source: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    return torch.linalg.norm(_homogeneous(source) @ transform.transpose(-1, -2) - target, dim=-1)
+    design = _design(source, transform.shape[-1] == source.shape[-1])
+    return torch.linalg.norm(design @ transform.transpose(-1, -2) - target, dim=-1)
 
 
-def align_affine(source: torch.Tensor, target: torch.Tensor) -> AlignmentResult:
-    """Plain least squares on all anchors, as an :class:`AlignmentResult`."""
-    _check_anchors(source, target)
-    transform = affine_least_squares(source, target)
+def align_affine(source: torch.Tensor, target: torch.Tensor, *, linear: bool = False) -> AlignmentResult:
+    """Plain least squares on all anchors, as an :class:`AlignmentResult` (a linear map
+    with ``linear``)."""
+    _check_anchors(source, target, linear)
+    transform = affine_least_squares(source, target, linear=linear)
     residuals = _row_errors(transform, source, target)
     return AlignmentResult(transform, torch.ones_like(residuals, dtype=torch.bool), residuals)
 
@@ -131,8 +148,10 @@ def ransac_affine(
     tolerance: float = 0.25,
     tolerance_mode: str = "relative",
     generator: torch.Generator | None = None,
+    linear: bool = False,
 ) -> AlignmentResult:
-    """Robust affine map from ``source`` anchors to ``target`` anchors by RANSAC.
+    """Robust affine map from ``source`` anchors to ``target`` anchors by RANSAC (a linear
+    map with ``linear``: then K anchors fix one instead of K+1).
 
     Each of ``n_iter`` hypotheses is a least-squares fit to ``sample_size`` random
     anchors; an anchor is an inlier when its row-wise L2 error is below the threshold of
@@ -146,11 +165,13 @@ def ransac_affine(
     authors' 20 anchors per sample and 100 iterations tolerate a few percent of
     outliers; with many, use minimal samples (K+1) or more iterations.
     """
-    _check_anchors(source, target)
+    _check_anchors(source, target, linear)
     n_anchors, dim = source.shape
-    if not dim + 1 <= sample_size <= n_anchors:
+    minimal = dim if linear else dim + 1
+    if not minimal <= sample_size <= n_anchors:
         raise InputError(
-            f"sample_size must be between K+1={dim + 1} and the number of anchors {n_anchors}, got {sample_size}"
+            f"sample_size must be between {minimal} (fixes the map in K={dim}) and the number of anchors"
+            f" {n_anchors}, got {sample_size}"
         )
     if n_iter < 1 or not tolerance > 0:
         raise InputError(f"n_iter must be >= 1 and tolerance > 0, got {n_iter} and {tolerance}")
@@ -161,26 +182,26 @@ def ransac_affine(
     # One random permutation per hypothesis; its first sample_size anchors are the sample.
     samples = torch.rand(n_iter, n_anchors, generator=generator).argsort(dim=1)[:, :sample_size]
     samples = samples.to(source.device)
-    hypotheses = affine_least_squares(source[samples], target[samples])
+    hypotheses = affine_least_squares(source[samples], target[samples], linear=linear)
     errors = _row_errors(hypotheses, source.unsqueeze(0), target.unsqueeze(0))
     is_inlier = errors < threshold
     counts = is_inlier.sum(dim=1)
     inlier_error = torch.where(is_inlier, errors, torch.zeros_like(errors)).sum(dim=1)
     # Most inliers first, then smallest summed inlier error.
     best = int(torch.argmax(counts * (1.0 + inlier_error.max()) - inlier_error))
-    if int(counts[best]) < dim + 1:
+    if int(counts[best]) < minimal:
         log.warning(
-            "RANSAC: no hypothesis had K+1=%d inliers (best %d of %d at tolerance %g);"
+            "RANSAC: no hypothesis had %d inliers (best %d of %d at tolerance %g);"
             " falling back to least squares on all anchors",
-            dim + 1,
+            minimal,
             int(counts[best]),
             n_anchors,
             threshold,
         )
-        result = align_affine(source, target)
+        result = align_affine(source, target, linear=linear)
         result.transform, result.fallback = result.transform.to(dtype), True
         return result
-    transform = affine_least_squares(source[is_inlier[best]], target[is_inlier[best]])
+    transform = affine_least_squares(source[is_inlier[best]], target[is_inlier[best]], linear=linear)
     residuals = _row_errors(transform, source, target)
     return AlignmentResult(transform.to(dtype), residuals < threshold, residuals)
 

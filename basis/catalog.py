@@ -262,16 +262,19 @@ def code_version(
 ) -> str:
     """Version of the code a job runs, for the workflow's rerun trigger: the shared library
     plus the modules of ``methods`` (an edit to one method's module changes the version of
-    that method's jobs only) or the computing part of ``study``'s module; or, with
+    that method's jobs only) or the computing part of ``study``'s module with every
+    method's module (studies train estimators, directly or through the library); or, with
     ``presentation``, the figure and table code (of every study included)."""
     if presentation:
         shown = [_study_parts(name)[1] for name in sorted(_study_sources())]
         return source_hash([PACKAGE / name for name in PRESENTATION], shown)
     for method in methods:
         method_parameters(method)  # a clear error for an unknown name
-    computing = [_study_parts(study)[0]] if study is not None else []
+    computing = []
     if study is not None:
         study_parameters(study)
+        computing.append(_study_parts(study)[0])
+        methods = method_names()  # a study trains estimators, directly or through the library
     return source_hash(library_sources() + [_method_sources()[m][1] for m in methods], computing)
 
 

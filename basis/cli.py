@@ -328,15 +328,19 @@ def cmd_figure(args: argparse.Namespace) -> int:
     from basis.studies import study_function
 
     out = Path(args.out)
-    pdf, caption = out.with_suffix(".pdf"), out.with_suffix(".rst")
+    written = {"png": out, "pdf": out.with_suffix(".pdf"), "caption": out.with_suffix(".rst")}
     with _maybe_tracked(args, args.name, {"figure": args.name, "study": study}) as run:
-        study_function(study, figure=args.name)([Path(folder) for folder in args.input], out)
-        caption.write_text(figure.caption + "\n")
+        table = study_function(study, figure=args.name)([Path(folder) for folder in args.input], out)
+        written["caption"].write_text(figure.caption + "\n")
+        if figure.table:
+            written["table"] = out.with_suffix(".md")
+            with atomic_path(written["table"]) as partial:
+                partial.write_text(table)
         if run:
             run.set_description(figure.caption)
-            for path in (out, pdf, caption):
+            for path in written.values():
                 run.log_artifact(path)
-    _print({"png": str(out), "pdf": str(pdf), "caption": str(caption)}, args.json)
+    _print({kind: str(path) for kind, path in written.items()}, args.json)
     return 0
 
 

@@ -112,3 +112,9 @@ def test_a_study_edit_reruns_what_it_touches(tmp_path):
         "presentation"
     ]
     assert changed(lambda text: text.replace("n_iter: int = 1000,", "n_iter: int = 999,")) == ["toy"]
+    # a method's module: its runs and every study (studies train estimators), not the figures
+    basis = tmp_path / "basis" / "estimators" / "basis.py"
+    before = versions()
+    basis.write_text(basis.read_text().replace("MAX_REDRAWS = 20", "MAX_REDRAWS = 21"))
+    after = versions()
+    assert sorted(k for k in before if before[k] != after[k]) == sorted(["runs", *catalog.study_names()])

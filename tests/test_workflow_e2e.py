@@ -36,6 +36,8 @@ FIGURES = (
     "fig6_feature_change_training",
     "fig7_feature_change_tsne",
     "fig8_feature_change_subset",
+    "fig9_basis_variants",
+    "fig10_alignment_error",
 )
 
 
@@ -132,14 +134,14 @@ def test_mlflow_holds_every_run_with_its_metrics(workflow):
     assert "step 20/20" in log and "ms/step" in log
     assert (workflow / "results/paper/table1.html").read_text().count("<table>") == 2
     assert len(runs(workflow, "features")[1]) == 1
-    # table1, seven study figures, fig5, the ablation table and the comparison
+    # table1, nine study figures, fig5, the ablation table and the comparison
     _, paper = runs(workflow, "paper")
-    assert len(paper) == 11
+    assert len(paper) == 13
     figures = [r for r in paper if r.data.tags.get("rule") in ("figure", "knn_sensitivity")]
-    assert len(figures) == 8 and all(r.data.tags.get("mlflow.note.content") for r in figures)
-    # toy x2, illustration, consistency, bunny, feature change x2
+    assert len(figures) == 10 and all(r.data.tags.get("mlflow.note.content") for r in figures)
+    # toy x2, illustration, consistency, bunny, feature change x2, variants x2, alignment error
     _, studies = runs(workflow, "studies")
-    assert len(studies) == 7 and all(r.info.status == "FINISHED" for r in studies)
+    assert len(studies) == 10 and all(r.info.status == "FINISHED" for r in studies)
     # three alignments, on clean anchors and with anchor outliers
     assert len(runs(workflow, "sensitivity")[1]) == 4 and len(runs(workflow, "ablation")[1]) == 6
 
@@ -165,8 +167,13 @@ def test_every_figure_and_study_number_is_there(workflow):
         "Fig. 6 (main)",
         "Fig. 6 (subset)",
         "ablation, two_moons",
+        "Beyond the paper (variants, three_moons)",
+        "Beyond the paper (variants, digits)",
+        "Beyond the paper (alignment error, digits)",
     ):
         assert claim in claims
+    table = (workflow / "results/paper/figures/fig9_basis_variants.md").read_text()
+    assert "| digits | combined |" in table and "| three_moons | paper |" in table
     ablation = (workflow / "results/paper/ablation.md").read_text()
     assert "| two_moons | none |" in ablation and "| two_moons | ransac-outliers |" in ablation
     assert "RANSAC makes the alignment robust to anchor outliers" in claims

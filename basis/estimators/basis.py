@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from basis.alignment import TOLERANCE_MODES, align_affine, apply_affine, ransac_affine
+from basis.alignment import MAPS, TOLERANCE_MODES, AlignmentResult, align_affine, apply_affine, ransac_affine
 from basis.errors import InputError
 from basis.estimators.base import FeaturesOf, SpectralEstimator, StepTimer, register
 
@@ -50,7 +50,32 @@ class BASiS(SpectralEstimator):
         by default (0.25; see :func:`basis.alignment.inlier_threshold`); the authors used an
         absolute one (``ransac_tolerance=0.1, ransac_tolerance_mode="absolute"``; three
         moons: 5 anchors per sample and 0.01).
+    alignment_map : {"affine", "linear"}
+        The map each batch is aligned by: the paper's affine map, or a linear one (beyond
+        the paper). Where the trivial eigenvector is kept, two batches' eigenvectors are
+        samples of the same eigenfunctions and differ by a linear map, and the affine
+        map's column of ones is nearly collinear with the trivial vector (an
+        ill-conditioned fit). Where it is dropped, each batch's eigenvectors are made
+        orthogonal to that batch's own trivial vector, a batch-dependent shift that only
+        the affine map's translation undoes.
+    reference : {"first_batch", "mean"}
+        What batches are aligned to: the anchors' embedding in the first batch (the
+        paper's), or their mean over ``reference_batches`` batches aligned to each other
+        (generalised Procrustes; beyond the paper), which averages out the sampling noise
+        a single batch carries through the whole run.
+    reference_batches : int
+        Batches averaged by ``reference="mean"``.
+    average_tail : float
+        Fraction of the last iterations whose network weights are averaged into the final
+        network (Polyak-Ruppert averaging; 0, the paper's, keeps the last weights). Each
+        batch's aligned target carries its own sampling and alignment noise; averaging
+        the iterates averages that noise out of the network instead of keeping the last
+        batches' share of it (beyond the paper).
     """
+
+    #: Passes of the generalised Procrustes mean: align every batch to the current mean
+    #: (the first batch at the start), then average.
+    PROCRUSTES_PASSES = 2
 
     MAX_REDRAWS = 20
 
@@ -68,6 +93,10 @@ class BASiS(SpectralEstimator):
         ransac_sample_size: int = 20,
         ransac_tolerance: float = 0.25,
         ransac_tolerance_mode: str = "relative",
+        alignment_map: str = "affine",
+        reference: str = "first_batch",
+        reference_batches: int = 10,
+        average_tail: float = 0.0,
         **common: Any,
     ):
         super().__init__(n_components, **common)
@@ -81,6 +110,10 @@ class BASiS(SpectralEstimator):
         self.ransac_sample_size = ransac_sample_size
         self.ransac_tolerance = ransac_tolerance
         self.ransac_tolerance_mode = ransac_tolerance_mode
+        self.alignment_map = alignment_map
+        self.reference = reference
+        self.reference_batches = reference_batches
+        self.average_tail = average_tail
 
     def _validate(self, n_samples: int) -> None:
         super()._validate(n_samples)
@@ -90,6 +123,17 @@ class BASiS(SpectralEstimator):
             raise InputError(f"alignment must be one of ['ransac', 'lstsq', 'none'], got {self.alignment!r}")
         if not 0.0 <= self.anchor_outliers < 1.0:
             raise InputError(f"anchor_outliers must be in [0, 1), got {self.anchor_outliers!r}")
+        if self.alignment_map not in MAPS:
+            raise InputError(f"alignment_map must be one of {list(MAPS)}, got {self.alignment_map!r}")
+        if self.reference not in ("first_batch", "mean"):
+            raise InputError(f"reference must be 'first_batch' or 'mean', got {self.reference!r}")
+        if self.reference == "mean" and (self.alignment == "none" or self.reference_batches < 2):
+            raise InputError(
+                "reference='mean' averages aligned batches: it needs an alignment other than 'none' and"
+                f" reference_batches >= 2, got alignment={self.alignment!r}, reference_batches={self.reference_batches}"
+            )
+        if not 0.0 <= self.average_tail < 1.0:
+            raise InputError(f"average_tail must be in [0, 1), got {self.average_tail!r}")
         if self.ransac_tolerance_mode not in TOLERANCE_MODES:
             raise InputError(
                 f"ransac_tolerance_mode must be one of {list(TOLERANCE_MODES)}, got {self.ransac_tolerance_mode!r}"
@@ -119,11 +163,15 @@ class BASiS(SpectralEstimator):
     def _prepare(self, X: torch.Tensor, y: np.ndarray | None) -> None:
         anchors = self._choose_anchors(X.shape[0], y)
         n_anchors, dim = len(anchors), self.n_components
-        if self.alignment != "none" and n_anchors < dim + 1:
-            raise InputError(f"{n_anchors} anchors cannot fix an affine map in K={dim}: at least K+1={dim + 1} needed")
-        if self.alignment == "ransac" and not dim + 1 <= self.ransac_sample_size <= n_anchors:
+        minimal, count = (dim, "K") if self.alignment_map == "linear" else (dim + 1, "K+1")
+        if self.alignment != "none" and n_anchors < minimal:
             raise InputError(
-                f"ransac_sample_size must be between K+1={dim + 1} and the number of anchors {n_anchors},"
+                f"{n_anchors} anchors cannot fix an {self.alignment_map} map in K={dim}:"
+                f" at least {count}={minimal} needed"
+            )
+        if self.alignment == "ransac" and not minimal <= self.ransac_sample_size <= n_anchors:
+            raise InputError(
+                f"ransac_sample_size must be between {count}={minimal} and the number of anchors {n_anchors},"
                 f" got {self.ransac_sample_size}"
             )
         if n_anchors >= self.batch_size:
@@ -136,6 +184,20 @@ class BASiS(SpectralEstimator):
             X.shape[0], lambda batch: X[batch.to(X.device)], StepTimer(self.device_)
         )
         self.reference_anchor_embedding_ = self.reference_embedding_[:n_anchors]
+        if self.reference == "mean":
+            self.reference_anchor_embedding_ = self._mean_reference(lambda batch: X[batch.to(X.device)], X.shape[0])
+
+    def _mean_reference(self, features_of: FeaturesOf, n: int) -> torch.Tensor:
+        """The anchors' embedding averaged over ``reference_batches`` batches (the first
+        one included), each aligned to the current mean: generalised Procrustes."""
+        n_anchors, timer = len(self.anchor_indices_), StepTimer(self.device_)
+        copies = [self.reference_anchor_embedding_]
+        for _ in range(self.reference_batches - 1):
+            copies.append(self._draw_embedded_batch(n, features_of, timer)[2][:n_anchors])
+        mean = copies[0]
+        for _ in range(self.PROCRUSTES_PASSES):
+            mean = torch.stack([apply_affine(self._fit(copy, mean).transform, copy) for copy in copies]).mean(dim=0)
+        return mean
 
     # -- the public pieces of Algorithm 1 that Algorithm 2 recombines -------------------
     def set_reference(self, anchor_embedding: torch.Tensor) -> None:
@@ -163,17 +225,21 @@ class BASiS(SpectralEstimator):
             "generator": self.ransac_generator_,
         }
 
+    def _fit(self, source: torch.Tensor, target: torch.Tensor) -> AlignmentResult:
+        """The map (``alignment_map``) from ``source`` anchors onto ``target`` anchors, by
+        least squares or RANSAC (``alignment``)."""
+        linear = self.alignment_map == "linear"
+        if self.alignment == "lstsq":
+            return align_affine(source, target, linear=linear)
+        result = ransac_affine(source, target, **self.ransac_options(), linear=linear)
+        self.n_fallbacks_ += int(result.fallback)
+        return result
+
     def align(self, phi_batch: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         """Align a batch embedding whose first rows are the anchors to the reference."""
-        n_anchors = len(self.anchor_indices_)
-        source, target = phi_batch[:n_anchors], self.reference_anchor_embedding_
         if self.alignment == "none":
             return phi_batch, {"inlier_fraction": float("nan")}
-        if self.alignment == "lstsq":
-            result = align_affine(source, target)
-        else:
-            result = ransac_affine(source, target, **self.ransac_options())
-            self.n_fallbacks_ += int(result.fallback)
+        result = self._fit(phi_batch[: len(self.anchor_indices_)], self.reference_anchor_embedding_)
         return apply_affine(result.transform, phi_batch), {"inlier_fraction": float(result.inliers.float().mean())}
 
     def _corrupt_anchor_slots(self, batch: torch.Tensor, n: int) -> torch.Tensor:
@@ -222,6 +288,28 @@ class BASiS(SpectralEstimator):
         with timer("alignment"):
             phi, info = self.align(phi)
         return X_batch, phi, info
+
+    def step(self, batch=None) -> dict[str, float]:
+        info = super().step(batch)
+        first_averaged = self.n_iter - round(self.average_tail * self.n_iter)
+        if self.average_tail > 0 and len(self.loss_curve_) > first_averaged:
+            averaged = len(self.loss_curve_) - first_averaged
+            weights = dict(self.model_.named_parameters())
+            if averaged == 1:
+                self.averaged_weights_ = {name: value.detach().clone() for name, value in weights.items()}
+            else:  # running mean of the weights after each averaged step
+                for name, value in weights.items():
+                    self.averaged_weights_[name] += (value.detach() - self.averaged_weights_[name]) / averaged
+        return info
+
+    def finish(self) -> BASiS:
+        averaged = getattr(self, "averaged_weights_", None)
+        if averaged is not None:
+            with torch.no_grad():
+                for name, value in self.model_.named_parameters():
+                    value.copy_(averaged[name])
+            del self.averaged_weights_
+        return super().finish()
 
     def _batch_loss(self, batch, timer: StepTimer) -> tuple[torch.Tensor, dict[str, float]]:
         X_batch, phi, info = batch

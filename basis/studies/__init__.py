@@ -49,12 +49,15 @@ class Figure:
     draw: function of the study's module, ``draw(folders: list[Path], out: Path)``.
     caption: its caption in the Snakemake report and in MLflow (reStructuredText).
     runs: the study runs it is drawn from, in order; empty for all of them.
+    table: whether ``draw`` also returns the figure's numbers as a markdown table, written
+        next to the figure (``.md``).
     """
 
     name: str
     draw: str
     caption: str
     runs: tuple[str, ...] = ()
+    table: bool = False
 
 
 @dataclass(frozen=True)

@@ -326,12 +326,17 @@ def study_outputs(name):
 
 
 def study_inputs(name):
-    """A study run waits for the tracking set-up and for the image set it embeds."""
+    """A study run waits for the tracking set-up, for the image set it embeds and, given a
+    ``features_dir``, for that set's Siamese features."""
 
     def inputs(wildcards):
-        dataset = STUDY_RUNS[name][wildcards.get("run", "")].get("dataset")
+        settings = STUDY_RUNS[name][wildcards.get("run", "")]
+        dataset = settings.get("dataset")
         data = [f"results/data/{dataset}.json"] if dataset in FEATURE_SETS else []
-        return {"flag": TRACKING_FLAG, "data": data}
+        # a run given a features folder embeds the data set's Siamese features from there
+        has_features = dataset in FEATURE_SETS and settings.get("features_dir")
+        features = [f"{settings['features_dir']}/{dataset}.npz"] if has_features else []
+        return {"flag": TRACKING_FLAG, "data": data, "features": features}
 
     return inputs
 
@@ -396,6 +401,8 @@ STUDY_FIGURES = {
     for name, study in STUDIES.items()
     for figure in study.figures
 }
+# figure name -> whether its drawing also writes its numbers as a table (<figure>.md)
+STUDY_TABLES = {figure.name: figure.table for study in STUDIES.values() for figure in study.figures}
 
 
 check_config()

@@ -42,6 +42,7 @@ for figure, (study, folders) in STUDY_FIGURES.items():
             png=report(f"{FIGURES_DIR}/{figure}.png", caption=f"../../{FIGURES_DIR}/{figure}.rst", category="Figures"),
             pdf=f"{FIGURES_DIR}/{figure}.pdf",
             caption=f"{FIGURES_DIR}/{figure}.rst",
+            table=[f"{FIGURES_DIR}/{figure}.md"] if STUDY_TABLES[figure] else [],
         log:
             f"results/logs/paper/{figure}.log",
         localrule: True
