@@ -194,7 +194,12 @@ class FeatureChangeTrainer:
             fit = global_transform(previous[:n_anchors], updated[:n_anchors], **spectral.ransac_options())
             current = apply_affine(fit.transform, updated)
             info["tg_inlier_fraction"] = float(fit.inliers.float().mean())
-            result.record("tg_inlier_fraction", iteration, info["tg_inlier_fraction"])
+            # How far T_G is from the identity [I, 0]: zero when the features did not move,
+            # so that a control run with frozen features shows what the chain of T_G adds.
+            identity = torch.eye(*fit.transform.shape, dtype=fit.transform.dtype, device=fit.transform.device)
+            info["tg_deviation"] = float(torch.linalg.norm(fit.transform - identity))
+            for name in ("tg_inlier_fraction", "tg_deviation"):
+                result.record(name, iteration, info[name])
         else:
             current = updated
         spectral.set_reference(current[:n_anchors])

@@ -104,6 +104,16 @@ def test_feature_change_is_deterministic_and_t_g_can_be_switched_off(digits_479)
     assert any(not np.allclose(s["base_before"], s["base_after"]) for s in first.snapshots.values())
 
 
+def test_with_frozen_features_every_t_g_is_the_identity(digits_479):
+    """The control run of Algorithm 2: when the features do not move, the base set's
+    re-embedding is the embedding it replaces, so every T_G must be the identity and the
+    chain of T_G maps adds nothing; with training features it does move."""
+    frozen = _trainer(feature_lr=1e-12).fit(*digits_479)  # lr must be positive; this one moves nothing
+    assert max(frozen.history["tg_deviation"][1]) < 1e-6
+    moving = _trainer().fit(*digits_479)
+    assert max(moving.history["tg_deviation"][1]) > 1e-3
+
+
 def test_feature_change_spectral_mse_stays_bounded_on_all_digits():
     """The tiny e2e config's main run (K = 9, 5 anchors per class): T_G and the batch
     alignment are fitted on ill-conditioned anchor designs, and the spectral MSE used to
