@@ -262,8 +262,8 @@ def code_version(
 ) -> str:
     """Version of the code a job runs, for the workflow's rerun trigger: the shared library
     plus the modules of ``methods`` (an edit to one method's module changes the version of
-    that method's jobs only) or the computing part of ``study``'s module with every
-    method's module (studies train estimators, directly or through the library); or, with
+    that method's jobs only) or the computing part of ``study``'s module with the modules
+    of the methods it trains (see :func:`_methods_used`); or, with
     ``presentation``, the figure and table code (of every study included)."""
     if presentation:
         shown = [_study_parts(name)[1] for name in sorted(_study_sources())]
@@ -274,8 +274,37 @@ def code_version(
     if study is not None:
         study_parameters(study)
         computing.append(_study_parts(study)[0])
-        methods = method_names()  # a study trains estimators, directly or through the library
+        methods = _methods_used(_study_sources()[study][2])
     return source_hash(library_sources() + [_method_sources()[m][1] for m in methods], computing)
+
+
+def _methods_used(path: Path) -> list[str]:
+    """The methods a module trains, directly or through the library modules it imports:
+    the estimator classes imported from ``basis.estimators`` along its imports within the
+    package (e.g. the feature-change study -> ``basis.feature_change`` -> BASiS)."""
+    by_class = {}
+    for name, (_, module) in _method_sources().items():
+        for node in ast.parse(module.read_text()).body:
+            if isinstance(node, ast.ClassDef) and any(
+                isinstance(d, ast.Call) and getattr(d.args[0], "value", None) == name for d in node.decorator_list
+            ):
+                by_class[node.name] = name
+    used, seen, queue = set(), set(), [path]
+    while queue:
+        current = queue.pop()
+        if current in seen or not current.is_file():
+            continue
+        seen.add(current)
+        for node in ast.walk(ast.parse(current.read_text())):
+            if not isinstance(node, ast.ImportFrom) or not (node.module or "").startswith("basis"):
+                continue
+            if node.module == "basis.estimators":
+                used |= {by_class[a.name] for a in node.names if a.name in by_class}
+            elif node.module == "basis":  # from basis import metrics, ...
+                queue += [PACKAGE / f"{a.name}.py" for a in node.names]
+            elif not node.module.startswith("basis.estimators"):
+                queue.append(PACKAGE.joinpath(*node.module.split(".")[1:]).with_suffix(".py"))
+    return sorted(used)
 
 
 # -- types: config and command-line values checked against the annotations ------------------

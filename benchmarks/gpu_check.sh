@@ -50,6 +50,7 @@ EOF
 graph=(--set graph.n_neighbors=15 --set graph.scale=local --set graph.scale_neighbor=7)
 short=(--set n_iter=30 --set batch_size=256)
 check features features --dataset digits --out "$OUT/digits_features.npz" --set n_steps=100
+mkdir -p "$OUT/features_dir" && cp "$OUT/digits_features.npz" "$OUT/features_dir/digits.npz"  # for the variants study
 check reference reference --dataset digits --features "$OUT/digits_features.npz" --out "$OUT/digits_reference.npz" "${graph[@]}"
 for method in basis diffusion_net specnet1 specnet2; do
     check "run_$method" run --method "$method" --dataset digits --features "$OUT/digits_features.npz" \
@@ -77,6 +78,12 @@ check study_feature_change_subset study feature_change --out "$OUT/studies/fc_su
     --set 'classes=[4, 7, 9]' --set n_components=2 --set n_iter=40 --set spectral_every=5 --set batch_size=100 \
     --set anchors_per_class=5 --set ransac_sample_size=5 --set eval_every=20 --set eval_size=100 \
     --set 'graph={"n_neighbors": 10, "scale": "local", "scale_neighbor": 7}'
+for dataset in three_moons digits; do  # beyond the paper: every BASiS variant on the device
+    check "study_variants_$dataset" study variants --out "$OUT/studies/variants_$dataset" --set dataset=$dataset \
+        --set n_seeds=1 --set n_iter=30 --set n_samples=1500 --set features_dir="$OUT/features_dir" \
+        --set 'protocol={"batch_size": 256, "anchors_per_class": 10, "graph": {"n_neighbors": 15, "scale": "global"}}'
+done
+check study_alignment_error study alignment_error --out "$OUT/studies/alignment_error" --set n_pairs=2
 
 check bench_step bench step
 check bench_reference bench reference --n 70000

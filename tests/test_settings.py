@@ -112,9 +112,21 @@ def test_a_study_edit_reruns_what_it_touches(tmp_path):
         "presentation"
     ]
     assert changed(lambda text: text.replace("n_iter: int = 1000,", "n_iter: int = 999,")) == ["toy"]
-    # a method's module: its runs and every study (studies train estimators), not the figures
+    # BASiS's module: its runs and the studies that train it, directly or through the library
     basis = tmp_path / "basis" / "estimators" / "basis.py"
     before = versions()
     basis.write_text(basis.read_text().replace("MAX_REDRAWS = 20", "MAX_REDRAWS = 21"))
     after = versions()
-    assert sorted(k for k in before if before[k] != after[k]) == sorted(["runs", *catalog.study_names()])
+    trains_basis = ["bunny", "feature_change", "toy", "variants"]
+    assert sorted(k for k in before if before[k] != after[k]) == sorted(["runs", *trains_basis])
+
+
+def test_study_modules_import_no_other_study_module():
+    """A study's code version covers its own module and the library, not other studies'
+    modules: what two studies share belongs in the library (e.g. basis.protocols)."""
+    import ast
+
+    for path in (ROOT / "basis" / "studies").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                assert not (node.module or "").startswith("basis.studies."), (path.name, node.module)

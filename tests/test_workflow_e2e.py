@@ -139,9 +139,9 @@ def test_mlflow_holds_every_run_with_its_metrics(workflow):
     assert len(paper) == 13
     figures = [r for r in paper if r.data.tags.get("rule") in ("figure", "knn_sensitivity")]
     assert len(figures) == 10 and all(r.data.tags.get("mlflow.note.content") for r in figures)
-    # toy x2, illustration, consistency, bunny, feature change x2, variants x2, alignment error
+    # toy x2, illustration, consistency, bunny, feature change x2, variants, alignment error
     _, studies = runs(workflow, "studies")
-    assert len(studies) == 10 and all(r.info.status == "FINISHED" for r in studies)
+    assert len(studies) == 9 and all(r.info.status == "FINISHED" for r in studies)
     # three alignments, on clean anchors and with anchor outliers
     assert len(runs(workflow, "sensitivity")[1]) == 4 and len(runs(workflow, "ablation")[1]) == 6
 
@@ -167,13 +167,12 @@ def test_every_figure_and_study_number_is_there(workflow):
         "Fig. 6 (main)",
         "Fig. 6 (subset)",
         "ablation, two_moons",
-        "Beyond the paper (variants, three_moons)",
         "Beyond the paper (variants, digits)",
         "Beyond the paper (alignment error, digits)",
     ):
         assert claim in claims
     table = (workflow / "results/paper/figures/fig9_basis_variants.md").read_text()
-    assert "| digits | combined |" in table and "| three_moons | paper |" in table
+    assert "| digits | combined |" in table and "| digits | paper |" in table
     ablation = (workflow / "results/paper/ablation.md").read_text()
     assert "| two_moons | none |" in ablation and "| two_moons | ransac-outliers |" in ablation
     assert "RANSAC makes the alignment robust to anchor outliers" in claims
@@ -269,7 +268,7 @@ def test_the_report_shows_each_figure_with_the_caption_its_study_declares(workfl
     report = (workflow / "report.html").read_text()
     for name in catalog.study_names():
         for figure in catalog.study_declaration(name).figures:
-            assert figure.caption[:60] in report, figure.name
+            assert figure.caption[:30] in report, figure.name  # ASCII: the report escapes the rest
 
 
 def test_lint_reports_nothing(workflow):

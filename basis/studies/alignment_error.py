@@ -24,9 +24,9 @@ from basis.catalog import FEATURE_SETS, TOY_SETS
 from basis.errors import InputError
 from basis.figures import load_study, plt, save_figure
 from basis.graph import GraphConfig, dense_affinity
+from basis.protocols import feature_protocol, toy_protocol
 from basis.spectral import spectral_embedding
 from basis.studies import ClaimRow, Figure, Study, StudyResult
-from basis.studies.variants import _feature_protocol, _toy_protocol
 
 
 def eigengaps(eigenvalues: np.ndarray, n_components: int) -> np.ndarray:
@@ -61,7 +61,7 @@ def alignment_error(
 ) -> StudyResult:
     """Per-eigenvector alignment error on held-out shared nodes against 1 / eigengap, for
     each batch size m of ``batch_sizes`` (default 256, 512 and 1,024) over ``n_pairs``
-    pairs of batches, with the protocol of :func:`basis.studies.variants.basis_variants`
+    pairs of batches, with the protocol of :mod:`basis.protocols`
     (feature sets: ``anchors_per_class`` stratified anchors; toy sets: the hand-placed ones).
 
     The error of eigenvector j is ||aligned_j - phi_j|| / ||phi_j|| over the held-out
@@ -73,11 +73,11 @@ def alignment_error(
     del device, callback  # dense eigendecompositions on the CPU; no training to report
     batch_sizes = batch_sizes or [256, 512, 1024]
     if dataset in TOY_SETS:
-        data, options, graph_settings = _toy_protocol(dataset, n_samples, data_seed)
+        data, options, graph_settings = toy_protocol(dataset, n_samples, data_seed)
         n_components = max(1, data.n_classes - 1)
         anchors = np.asarray(options["anchor_indices"])
     elif dataset in FEATURE_SETS:
-        data, options, graph_settings = _feature_protocol(dataset, features_dir, protocol, data_seed, data_root)
+        data, options, graph_settings = feature_protocol(dataset, features_dir, protocol, data_seed, data_root)
         n_components = data.n_classes
         rng = np.random.default_rng(seed)
         anchors = np.concatenate(

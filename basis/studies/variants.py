@@ -20,14 +20,12 @@ import numpy as np
 
 from basis import metrics
 from basis.catalog import FEATURE_SETS, TOY_SETS
-from basis.data import load_dataset, load_inputs
 from basis.errors import InputError
 from basis.estimators import BASiS
 from basis.figures import load_study, plt, save_figure
+from basis.protocols import feature_protocol, toy_protocol
 from basis.references import analytic_embedding
-from basis.settings import resolve_settings
 from basis.studies import ClaimRow, Figure, Study, StudyResult
-from basis.toy import TOY_GRAPH, three_moons_anchors
 
 #: Variant name -> the BASiS options it sets (see the class's parameters).
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -41,34 +39,6 @@ VARIANTS["combined"] = {k: v for options in VARIANTS.values() for k, v in option
 #: least 25 % lower than the paper's BASiS, NMI and ACC no more than 0.005 lower.
 D_G_CUT, SCORE_SLACK = 0.25, 0.005
 MEASURES = ("d_G", "d_G_scaled_k", "nmi", "acc")
-
-
-def _toy_protocol(dataset: str, n_samples: int, data_seed: int) -> tuple[Any, dict[str, Any], dict[str, Any]]:
-    """The toy study's protocol (Fig. 1): hand-placed anchors, L = D - W without the trivial vector."""
-    data = load_dataset(dataset, seed=data_seed, n_samples=n_samples)
-    anchors = three_moons_anchors(data.X_train, data.y_train)
-    graph_settings = {"graph": TOY_GRAPH, "operator": "unnormalized", "drop_trivial": True}
-    options = {
-        **graph_settings,
-        "batch_size": 256 + len(anchors),
-        "lr": 1e-4,
-        "anchor_indices": anchors.tolist(),
-        "ransac_sample_size": 5,
-        "ransac_tolerance": 0.01,
-        "ransac_tolerance_mode": "absolute",
-    }
-    return data, options, graph_settings
-
-
-def _feature_protocol(
-    dataset: str, features_dir: str | None, protocol: dict | None, data_seed: int, data_root: str
-) -> tuple[Any, dict[str, Any], dict[str, Any]]:
-    """Table 1's protocol on a feature set's Siamese features (raw inputs without ``features_dir``)."""
-    features = None if features_dir is None else Path(features_dir) / f"{dataset}.npz"
-    data = load_inputs(dataset, features, seed=data_seed, root=data_root)
-    settings = resolve_settings("basis", overrides=protocol or {}, dataset=dataset)
-    options = {k: v for k, v in settings.items() if k not in ("eval", "n_components")}
-    return data, options, settings
 
 
 def basis_variants(
@@ -101,10 +71,10 @@ def basis_variants(
         raise InputError(f"unknown variants {unknown}; valid: {list(VARIANTS)}")
     variants = ["paper", *(v for v in variants if v != "paper")]
     if dataset in TOY_SETS:
-        data, options, graph_settings = _toy_protocol(dataset, n_samples, data_seed)
+        data, options, graph_settings = toy_protocol(dataset, n_samples, data_seed)
         n_components = max(1, data.n_classes - 1)
     elif dataset in FEATURE_SETS:
-        data, options, graph_settings = _feature_protocol(dataset, features_dir, protocol, data_seed, data_root)
+        data, options, graph_settings = feature_protocol(dataset, features_dir, protocol, data_seed, data_root)
         n_components = data.n_classes
     else:
         raise InputError(f"data set {dataset!r} has no BASiS protocol here; valid: {[*TOY_SETS, *FEATURE_SETS]}")
