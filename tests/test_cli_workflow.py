@@ -330,15 +330,3 @@ def test_a_new_study_is_one_module_and_one_config_section(workdir):
         assert expected in output, expected
     done = _snakemake_here(workdir, "-n", "--configfile", _new_study(workdir, section=False))
     assert done.returncode != 0 and "experiments has no section for the studies ['noise']" in done.stderr + done.stdout
-
-
-@pytest.mark.slow
-def test_a_new_study_runs_with_its_settings_and_draws_its_declared_figure(workdir):
-    config = _new_study(workdir)
-    figure = "results/paper/figures/fig9_noise.png"
-    done = _snakemake_here(workdir, figure, "--configfile", config)
-    assert done.returncode == 0, done.stderr
-    small = json.loads((workdir / "results/studies/noise/small/metrics.json").read_text())
-    large = json.loads((workdir / "results/studies/noise/large/metrics.json").read_text())
-    assert small["spread"] < 0.2 < 0.8 < large["spread"]  # scale 0.1 on top of the shared settings, and 1.0
-    assert (workdir / figure).with_suffix(".rst").read_text() == "Fig. 9, noise.\n"
