@@ -54,12 +54,12 @@ def _init(tree: ast.Module, class_name: str) -> ast.FunctionDef:
 
 @cache
 def _methods() -> dict[str, tuple[str, ...]]:
-    return {name: tuple(sorted(annotations)) for name, (annotations, _) in _method_sources().items()}
+    return {name: tuple(sorted(annotations)) for name, (annotations, _, _) in _method_sources().items()}
 
 
 @cache
-def _method_sources() -> dict[str, tuple[dict[str, str], Path]]:
-    """Method name -> (its parameters' annotations, the module that defines it)."""
+def _method_sources() -> dict[str, tuple[dict[str, str], Path, str]]:
+    """Method name -> (its parameters' annotations, the module that defines it, its class name)."""
     base = _annotations(_init(ast.parse((PACKAGE / "estimators" / "base.py").read_text()), "SpectralEstimator"))
     methods = {}
     for path in sorted((PACKAGE / "estimators").glob("*.py")):
@@ -71,7 +71,7 @@ def _method_sources() -> dict[str, tuple[dict[str, str], Path]]:
                     init = next(n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
                     passes_on = init.args.kwarg is not None  # **common goes to SpectralEstimator
                     annotations = {**(base if passes_on else {}), **_annotations(init)}
-                    methods[decorator.args[0].value] = (annotations, path)
+                    methods[decorator.args[0].value] = (annotations, path, node.name)
     return methods
 
 
@@ -252,7 +252,7 @@ def _study_parts(name: str) -> tuple[str, str]:
 def library_sources() -> list[Path]:
     """Every module a computing job may use: the package without the methods' own modules,
     the study modules and the presentation modules."""
-    excluded = {path for _, path in _method_sources().values()} | {PACKAGE / name for name in PRESENTATION}
+    excluded = {path for _, path, _ in _method_sources().values()} | {PACKAGE / name for name in PRESENTATION}
     excluded |= {path for _, _, path in _study_sources().values()}
     return [path for path in PACKAGE.rglob("*.py") if path not in excluded]
 
@@ -282,13 +282,7 @@ def _methods_used(path: Path) -> list[str]:
     """The methods a module trains, directly or through the library modules it imports:
     the estimator classes imported from ``basis.estimators`` along its imports within the
     package (e.g. the feature-change study -> ``basis.feature_change`` -> BASiS)."""
-    by_class = {}
-    for name, (_, module) in _method_sources().items():
-        for node in ast.parse(module.read_text()).body:
-            if isinstance(node, ast.ClassDef) and any(
-                isinstance(d, ast.Call) and getattr(d.args[0], "value", None) == name for d in node.decorator_list
-            ):
-                by_class[node.name] = name
+    by_class = {class_name: name for name, (_, _, class_name) in _method_sources().items()}
     used, seen, queue = set(), set(), [path]
     while queue:
         current = queue.pop()
