@@ -1,13 +1,16 @@
 """The protocols the studies beyond the paper train BASiS under: the toy study's (Fig. 1)
 and Table 1's on a feature set. Each returns the data, the BASiS options and the graph
-settings the test split's analytic embedding (the ground truth of d_G) is computed with."""
+settings the test split's analytic embedding (the ground truth of d_G) is computed with;
+:func:`study_protocol` picks the one a data set follows."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from basis.catalog import FEATURE_SETS, TOY_SETS
 from basis.data import Dataset, load_dataset, load_inputs
+from basis.errors import InputError
 from basis.settings import resolve_settings
 from basis.toy import TOY_GRAPH, three_moons_anchors
 
@@ -38,3 +41,24 @@ def feature_protocol(
     settings = resolve_settings("basis", overrides=protocol or {}, dataset=dataset)
     options = {k: v for k, v in settings.items() if k not in ("eval", "n_components")}
     return data, options, settings
+
+
+def study_protocol(
+    dataset: str,
+    *,
+    n_samples: int,
+    features_dir: str | None,
+    protocol: dict | None,
+    data_seed: int,
+    data_root: str,
+) -> tuple[Dataset, dict[str, Any], dict[str, Any], int]:
+    """The protocol ``dataset`` follows (toy sets: :func:`toy_protocol` with ``n_samples``
+    nodes; feature sets: :func:`feature_protocol`) and its number of eigenvectors K
+    (classes - 1 without the trivial vector, classes with it)."""
+    if dataset in TOY_SETS:
+        data, options, graph_settings = toy_protocol(dataset, n_samples, data_seed)
+        return data, options, graph_settings, max(1, data.n_classes - 1)
+    if dataset in FEATURE_SETS:
+        data, options, graph_settings = feature_protocol(dataset, features_dir, protocol, data_seed, data_root)
+        return data, options, graph_settings, data.n_classes
+    raise InputError(f"data set {dataset!r} has no BASiS protocol here; valid: {[*TOY_SETS, *FEATURE_SETS]}")

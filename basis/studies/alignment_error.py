@@ -20,11 +20,11 @@ import numpy as np
 import torch
 
 from basis.alignment import align_affine, apply_affine
-from basis.catalog import FEATURE_SETS, TOY_SETS
+from basis.device import resolve_device
 from basis.errors import InputError
 from basis.figures import load_study, plt, save_figure
 from basis.graph import GraphConfig, dense_affinity
-from basis.protocols import feature_protocol, toy_protocol
+from basis.protocols import study_protocol
 from basis.spectral import spectral_embedding
 from basis.studies import ClaimRow, Figure, Study, StudyResult
 
@@ -70,15 +70,20 @@ def alignment_error(
     slope of log error against log 1 / gap over all pairs and eigenvectors (Davis-Kahan:
     slope at most 1, the bound being linear).
     """
-    del device, callback  # dense eigendecompositions on the CPU; no training to report
+    del callback  # no training to report
+    device = resolve_device(device)  # graphs, eigensolves and fits run there
     batch_sizes = batch_sizes or [256, 512, 1024]
-    if dataset in TOY_SETS:
-        data, options, graph_settings = toy_protocol(dataset, n_samples, data_seed)
-        n_components = max(1, data.n_classes - 1)
+    data, options, graph_settings, n_components = study_protocol(
+        dataset,
+        n_samples=n_samples,
+        features_dir=features_dir,
+        protocol=protocol,
+        data_seed=data_seed,
+        data_root=data_root,
+    )
+    if "anchor_indices" in options:  # the toy sets' hand-placed anchors
         anchors = np.asarray(options["anchor_indices"])
-    elif dataset in FEATURE_SETS:
-        data, options, graph_settings = feature_protocol(dataset, features_dir, protocol, data_seed, data_root)
-        n_components = data.n_classes
+    else:
         rng = np.random.default_rng(seed)
         anchors = np.concatenate(
             [
@@ -86,8 +91,6 @@ def alignment_error(
                 for label in np.unique(data.y_train)
             ]
         )
-    else:
-        raise InputError(f"data set {dataset!r} has no protocol here; valid: {[*TOY_SETS, *FEATURE_SETS]}")
     X = data.X_train
     shared_size, others = len(anchors) + n_held_out, len(X) - len(anchors) - n_held_out
     unfit = [m for m in batch_sizes if not shared_size < m <= shared_size + others]
@@ -110,7 +113,7 @@ def alignment_error(
             embeddings, gaps = [], None
             for _ in range(2):
                 batch = np.concatenate([shared, rng.choice(rest, m - len(shared), replace=False)])
-                W = dense_affinity(torch.as_tensor(X[batch], dtype=torch.float64), config)
+                W = dense_affinity(torch.as_tensor(X[batch], dtype=torch.float64, device=device), config)
                 phi, values = spectral_embedding(
                     W,
                     n_components + 1,
@@ -119,12 +122,12 @@ def alignment_error(
                     on_disconnected="ignore",
                 )
                 embeddings.append(phi[:, :n_components])
-                gaps = eigengaps(values.numpy(), n_components) if gaps is None else gaps
+                gaps = eigengaps(values.cpu().numpy(), n_components) if gaps is None else gaps
             first, second = embeddings
             fit = align_affine(second[: len(anchors)], first[: len(anchors)])
             rows = slice(len(anchors), len(shared))
-            aligned = apply_affine(fit.transform, second[rows]).numpy()
-            truth = first[rows].numpy()
+            aligned = apply_affine(fit.transform, second[rows]).cpu().numpy()
+            truth = first[rows].cpu().numpy()
             errors.append(np.linalg.norm(aligned - truth, axis=0) / np.linalg.norm(truth, axis=0))
             inverse_gaps.append(1.0 / np.maximum(gaps, 1e-12))
         errors_m, inverse_m = np.asarray(errors), np.asarray(inverse_gaps)

@@ -19,11 +19,10 @@ from typing import Any
 import numpy as np
 
 from basis import metrics
-from basis.catalog import FEATURE_SETS, TOY_SETS
 from basis.errors import InputError
 from basis.estimators import BASiS
 from basis.figures import load_study, plt, save_figure
-from basis.protocols import feature_protocol, toy_protocol
+from basis.protocols import study_protocol
 from basis.references import analytic_embedding
 from basis.studies import ClaimRow, Figure, Study, StudyResult
 
@@ -70,14 +69,14 @@ def basis_variants(
     if unknown:
         raise InputError(f"unknown variants {unknown}; valid: {list(VARIANTS)}")
     variants = ["paper", *(v for v in variants if v != "paper")]
-    if dataset in TOY_SETS:
-        data, options, graph_settings = toy_protocol(dataset, n_samples, data_seed)
-        n_components = max(1, data.n_classes - 1)
-    elif dataset in FEATURE_SETS:
-        data, options, graph_settings = feature_protocol(dataset, features_dir, protocol, data_seed, data_root)
-        n_components = data.n_classes
-    else:
-        raise InputError(f"data set {dataset!r} has no BASiS protocol here; valid: {[*TOY_SETS, *FEATURE_SETS]}")
+    data, options, graph_settings, n_components = study_protocol(
+        dataset,
+        n_samples=n_samples,
+        features_dir=features_dir,
+        protocol=protocol,
+        data_seed=data_seed,
+        data_root=data_root,
+    )
     options["n_iter"] = n_iter
     reference = analytic_embedding(data.X_test, graph_settings, n_components)
     scaled_k = round(graph_settings["graph"]["n_neighbors"] * len(data.X_test) / options["batch_size"])
