@@ -395,14 +395,13 @@ def ablation_command(wildcards, input, output):
 
 
 FIGURES_DIR = "results/paper/figures"
-# figure name -> (study, the study folders it is drawn from)
+# figure name -> (study, the study folders it is drawn from, whether it also writes its
+# numbers as a table, <figure>.md)
 STUDY_FIGURES = {
-    figure.name: (name, [study_folder(name, run) for run in (figure.runs or STUDY_RUNS[name])])
+    figure.name: (name, [study_folder(name, run) for run in (figure.runs or STUDY_RUNS[name])], figure.table)
     for name, study in STUDIES.items()
     for figure in study.figures
 }
-# figure name -> whether its drawing also writes its numbers as a table (<figure>.md)
-STUDY_TABLES = {figure.name: figure.table for study in STUDIES.values() for figure in study.figures}
 
 
 check_config()

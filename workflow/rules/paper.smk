@@ -29,7 +29,7 @@ rule table1:
         "../scripts/table1.py"
 
 
-for figure, (study, folders) in STUDY_FIGURES.items():
+for figure, (study, folders, has_table) in STUDY_FIGURES.items():
 
     rule:
         name:
@@ -42,7 +42,7 @@ for figure, (study, folders) in STUDY_FIGURES.items():
             png=report(f"{FIGURES_DIR}/{figure}.png", caption=f"../../{FIGURES_DIR}/{figure}.rst", category="Figures"),
             pdf=f"{FIGURES_DIR}/{figure}.pdf",
             caption=f"{FIGURES_DIR}/{figure}.rst",
-            table=[f"{FIGURES_DIR}/{figure}.md"] if STUDY_TABLES[figure] else [],
+            table=[f"{FIGURES_DIR}/{figure}.md"] if has_table else [],
         log:
             f"results/logs/paper/{figure}.log",
         localrule: True
