@@ -47,6 +47,12 @@ def _design(phi: torch.Tensor, linear: bool) -> torch.Tensor:
     return phi if linear else _homogeneous(phi)
 
 
+def anchors_needed(dim: int, *, linear: bool = False) -> tuple[int, str]:
+    """How many anchors fix a map in dimension ``dim``, and that count in words: K for a
+    linear map, K+1 for an affine one."""
+    return (dim, "K") if linear else (dim + 1, "K+1")
+
+
 def _check_anchors(source: torch.Tensor, target: torch.Tensor, linear: bool = False) -> None:
     if source.ndim != 2 or source.shape != target.shape:
         raise InputError(
@@ -54,7 +60,7 @@ def _check_anchors(source: torch.Tensor, target: torch.Tensor, linear: bool = Fa
             f" and {tuple(target.shape)}"
         )
     n_anchors, dim = source.shape
-    needed, count = (dim, "K") if linear else (dim + 1, "K+1")
+    needed, count = anchors_needed(dim, linear=linear)
     if n_anchors < needed:
         kind = "a linear" if linear else "an affine"
         raise InputError(f"{kind} map in dimension K={dim} needs at least {count}={needed} anchors, got {n_anchors}")
@@ -167,7 +173,7 @@ def ransac_affine(
     """
     _check_anchors(source, target, linear)
     n_anchors, dim = source.shape
-    minimal = dim if linear else dim + 1
+    minimal, _ = anchors_needed(dim, linear=linear)
     if not minimal <= sample_size <= n_anchors:
         raise InputError(
             f"sample_size must be between {minimal} (fixes the map in K={dim}) and the number of anchors"

@@ -8,7 +8,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from basis.alignment import MAPS, TOLERANCE_MODES, AlignmentResult, align_affine, apply_affine, ransac_affine
+from basis.alignment import (
+    MAPS,
+    TOLERANCE_MODES,
+    AlignmentResult,
+    align_affine,
+    anchors_needed,
+    apply_affine,
+    ransac_affine,
+)
 from basis.errors import InputError
 from basis.estimators.base import FeaturesOf, SpectralEstimator, StepTimer, register
 
@@ -163,7 +171,7 @@ class BASiS(SpectralEstimator):
     def _prepare(self, X: torch.Tensor, y: np.ndarray | None) -> None:
         anchors = self._choose_anchors(X.shape[0], y)
         n_anchors, dim = len(anchors), self.n_components
-        minimal, count = (dim, "K") if self.alignment_map == "linear" else (dim + 1, "K+1")
+        minimal, count = anchors_needed(dim, linear=self.alignment_map == "linear")
         if self.alignment != "none" and n_anchors < minimal:
             raise InputError(
                 f"{n_anchors} anchors cannot fix an {self.alignment_map} map in K={dim}:"
@@ -181,19 +189,20 @@ class BASiS(SpectralEstimator):
         self.ransac_generator_ = torch.Generator().manual_seed(self.seed + 1)
         self.n_fallbacks_ = self.n_redrawn_batches_ = 0
         self.reference_indices_, _, self.reference_embedding_ = self._draw_embedded_batch(
-            X.shape[0], lambda batch: X[batch.to(X.device)], StepTimer(self.device_)
+            X.shape[0], self._training_features, StepTimer(self.device_)
         )
         self.reference_anchor_embedding_ = self.reference_embedding_[:n_anchors]
         if self.reference == "mean":
-            self.reference_anchor_embedding_ = self._mean_reference(lambda batch: X[batch.to(X.device)], X.shape[0])
+            self.reference_anchor_embedding_ = self._mean_reference(X.shape[0])
 
-    def _mean_reference(self, features_of: FeaturesOf, n: int) -> torch.Tensor:
-        """The anchors' embedding averaged over ``reference_batches`` batches (the first
-        one included), each aligned to the current mean: generalised Procrustes."""
+    def _mean_reference(self, n: int) -> torch.Tensor:
+        """The anchors' embedding averaged over ``reference_batches`` batches of the n
+        training nodes (the first one included), each aligned to the current mean:
+        generalised Procrustes."""
         n_anchors, timer = len(self.anchor_indices_), StepTimer(self.device_)
         copies = [self.reference_anchor_embedding_]
         for _ in range(self.reference_batches - 1):
-            copies.append(self._draw_embedded_batch(n, features_of, timer)[2][:n_anchors])
+            copies.append(self._draw_embedded_batch(n, self._training_features, timer)[2][:n_anchors])
         mean = copies[0]
         for _ in range(self.PROCRUSTES_PASSES):
             mean = torch.stack([apply_affine(self._fit(copy, mean).transform, copy) for copy in copies]).mean(dim=0)
