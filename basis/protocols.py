@@ -15,15 +15,26 @@ from basis.settings import resolve_settings
 from basis.toy import TOY_GRAPH, three_moons_anchors
 
 
-def toy_protocol(dataset: str, n_samples: int, data_seed: int) -> tuple[Dataset, dict[str, Any], dict[str, Any]]:
-    """The toy study's protocol (Fig. 1): hand-placed anchors, L = D - W without the trivial vector."""
+def toy_protocol(
+    dataset: str,
+    n_samples: int,
+    data_seed: int,
+    *,
+    batch_size: int = 256,
+    lr: float = 1e-4,
+    n_neighbors: int = TOY_GRAPH["n_neighbors"],
+) -> tuple[Dataset, dict[str, Any], dict[str, Any]]:
+    """The toy study's protocol (Fig. 1): L = D - W without the trivial vector; three
+    hand-placed anchors per class added to every batch of ``batch_size`` nodes; RANSAC
+    with 5 anchors and absolute tolerance 0.01, as in the authors' moons code."""
     data = load_dataset(dataset, seed=data_seed, n_samples=n_samples)
     anchors = three_moons_anchors(data.X_train, data.y_train)
-    graph_settings = {"graph": TOY_GRAPH, "operator": "unnormalized", "drop_trivial": True}
+    graph = {**TOY_GRAPH, "n_neighbors": n_neighbors}
+    graph_settings = {"graph": graph, "operator": "unnormalized", "drop_trivial": True}
     options = {
         **graph_settings,
-        "batch_size": 256 + len(anchors),
-        "lr": 1e-4,
+        "batch_size": batch_size + len(anchors),
+        "lr": lr,
         "anchor_indices": anchors.tolist(),
         "ransac_sample_size": 5,
         "ransac_tolerance": 0.01,

@@ -9,15 +9,15 @@ import numpy as np
 import torch
 
 from basis import metrics
-from basis.data import load_dataset
 from basis.errors import InputError
 from basis.estimators import BASiS
 from basis.figures import CLUSTER_COLOURS, load_study, plt, save_figure
 from basis.graph import GraphConfig, dense_affinity
+from basis.protocols import toy_protocol
 from basis.references import analytic_embedding
 from basis.spectral import spectral_embedding
 from basis.studies import ClaimRow, Figure, Study, StudyResult
-from basis.toy import TOY_GRAPH, TOY_SETS, three_moons_anchors
+from basis.toy import TOY_SETS
 
 
 def toy_example(
@@ -39,37 +39,22 @@ def toy_example(
     first non-trivial eigenvectors], scored on the test points, and the network's
     output over a grid that extends ``grid_margin`` of the data's range beyond it.
 
-    K = classes - 1 non-trivial eigenvectors of L = D - W; three anchors per class
-    (both ends and the middle along x, like the authors' hand-placed moons anchors),
-    added to every batch of ``batch_size`` nodes; RANSAC with 5 anchors and
-    absolute tolerance 0.01 as in the authors' moons code.
+    K = classes - 1 non-trivial eigenvectors of L = D - W under
+    :func:`basis.protocols.toy_protocol`: three anchors per class (both ends and the
+    middle along x, like the authors' hand-placed moons anchors) added to every batch of
+    ``batch_size`` nodes, RANSAC with 5 anchors and absolute tolerance 0.01.
     """
     if dataset not in TOY_SETS:
         raise InputError(f"unknown toy set {dataset!r}; valid: {sorted(TOY_SETS)}")
-    data = load_dataset(dataset, seed=data_seed, n_samples=n_samples)
-    n_classes = data.n_classes
-    anchors = three_moons_anchors(data.X_train, data.y_train)
-    graph = {**TOY_GRAPH, "n_neighbors": n_neighbors}
-    model = BASiS(
-        max(1, n_classes - 1),
-        graph=graph,
-        operator="unnormalized",
-        drop_trivial=True,
-        batch_size=batch_size + len(anchors),
-        n_iter=n_iter,
-        lr=lr,
-        anchor_indices=anchors.tolist(),
-        ransac_sample_size=5,
-        ransac_tolerance=0.01,
-        ransac_tolerance_mode="absolute",
-        seed=seed,
-        device=device,
-        callback=callback,
-    ).fit(data.X_train, data.y_train)
-    test = model.transform(data.X_test)
-    reference = analytic_embedding(
-        data.X_test, {"graph": graph, "operator": "unnormalized", "drop_trivial": True}, model.n_components
+    data, options, graph_settings = toy_protocol(
+        dataset, n_samples, data_seed, batch_size=batch_size, lr=lr, n_neighbors=n_neighbors
     )
+    n_classes = data.n_classes
+    model = BASiS(max(1, n_classes - 1), n_iter=n_iter, seed=seed, device=device, callback=callback, **options).fit(
+        data.X_train, data.y_train
+    )
+    test = model.transform(data.X_test)
+    reference = analytic_embedding(data.X_test, graph_settings, model.n_components)
     predicted = metrics.kmeans_labels(test, n_classes, seed=seed)
     result = metrics.evaluate_embedding(test, data.y_test, reference, n_clusters=n_classes, seed=seed)
     X_all = np.concatenate([data.X_train, data.X_test])
@@ -81,7 +66,7 @@ def toy_example(
         n_fallbacks=model.n_fallbacks_,
         final_loss=float(np.mean(model.loss_curve_[-20:])),
         batch_analytic_nmi=batch_embedding_nmi(
-            data.X_train, data.y_train, graph, model.batch_size, model.n_components, seed=seed
+            data.X_train, data.y_train, graph_settings["graph"], model.batch_size, model.n_components, seed=seed
         ),
     )
     arrays = {
@@ -91,7 +76,7 @@ def toy_example(
         "grid_x": gx,
         "grid_y": gy,
         "grid_embedding": grid,
-        "anchors": data.X_train[anchors],
+        "anchors": data.X_train[options["anchor_indices"]],
     }
     return result, arrays
 
