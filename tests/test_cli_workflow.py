@@ -130,12 +130,14 @@ def workdir(tmp_path):
 
 
 def _snakemake(workdir, *args):
+    """Snakemake in ``workdir``, with the folder's own copy of the library where it has one."""
     return subprocess.run(
         [sys.executable, "-m", "snakemake", "--cores", "1", *args],
         capture_output=True,
         text=True,
         timeout=HANG_GUARD_S,
         cwd=workdir,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(workdir), os.environ.get("PYTHONPATH")]))},
     )
 
 
@@ -301,24 +303,12 @@ def _new_study(workdir, section=True):
     return _write_config(workdir, add_section)
 
 
-def _snakemake_here(workdir, *args):
-    """Snakemake with the folder's own copy of the library."""
-    return subprocess.run(
-        [sys.executable, "-m", "snakemake", "--cores", "1", *args],
-        capture_output=True,
-        text=True,
-        timeout=HANG_GUARD_S,
-        cwd=workdir,
-        env={**os.environ, "PYTHONPATH": str(workdir)},
-    )
-
-
 def test_a_new_study_is_one_module_and_one_config_section(workdir):
     """A module in basis/studies/ and a config section are all a study needs: the workflow
     gives it a rule with a job per run, its figure and its rows in the comparison; without
     the section, the config is refused naming the study."""
     config = _new_study(workdir)
-    done = _snakemake_here(workdir, "-n", "--configfile", config)  # the default target: all
+    done = _snakemake(workdir, "-n", "--configfile", config)  # the default target: all
     assert done.returncode == 0, done.stderr
     output = done.stdout + done.stderr
     for expected in (
@@ -328,5 +318,5 @@ def test_a_new_study_is_one_module_and_one_config_section(workdir):
         "rule figure_fig9_noise:",
     ):
         assert expected in output, expected
-    done = _snakemake_here(workdir, "-n", "--configfile", _new_study(workdir, section=False))
+    done = _snakemake(workdir, "-n", "--configfile", _new_study(workdir, section=False))
     assert done.returncode != 0 and "experiments has no section for the studies ['noise']" in done.stderr + done.stdout
