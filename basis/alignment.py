@@ -8,6 +8,7 @@ Algorithm 2's global transform T_G.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 
 import torch
@@ -23,13 +24,19 @@ class AlignmentResult:
 
     ``transform`` is T in R^{K x (K+1)}; ``inliers`` a boolean mask over the anchors;
     ``residuals`` the row-wise L2 error of every anchor under T; ``fallback`` is True
-    when no RANSAC hypothesis had enough inliers and T was fitted on all anchors.
+    when no RANSAC hypothesis had enough inliers and T was fitted on all anchors;
+    ``n_hypotheses`` the RANSAC hypotheses drawn, ``n_rejected`` those rejected because
+    their map blew the anchors up (see :data:`MAX_GAIN`), ``n_refits`` the refits on the
+    inliers until the inlier set stopped changing.
     """
 
     transform: torch.Tensor
     inliers: torch.Tensor
     residuals: torch.Tensor
     fallback: bool = False
+    n_hypotheses: int = 0
+    n_rejected: int = 0
+    n_refits: int = 0
 
 
 def _homogeneous(phi: torch.Tensor) -> torch.Tensor:
@@ -66,55 +73,126 @@ def _check_anchors(source: torch.Tensor, target: torch.Tensor, linear: bool = Fa
         raise InputError(f"{kind} map in dimension K={dim} needs at least {count}={needed} anchors, got {n_anchors}")
 
 
-#: Singular values of a design below this fraction of its largest are treated as zero.
-#: Eigenvector entries carry sampling noise of about 1e-2 of their scale, so a direction
-#: weaker than 1e-3 of the strongest amplifies that noise more than a thousandfold; the
-#: anchor designs of Table 1 (condition number 25-340) are never truncated.
-RCOND = 1e-3
+#: The rank tolerance of a RANSAC hypothesis, relative to its strongest direction, with
+#: every column measured in the scale it has over *all* anchors (see
+#: :func:`ransac_affine`). Tied to the data's noise: a batch's eigenvector entries carry
+#: sampling noise of about 1e-2 of their scale, so a direction that a sample holds at less
+#: than 1e-3 of its share of the anchor set (e.g. a class indicator on a sample that
+#: misses the class, 1e-9) amplifies that noise more than a thousandfold. Table 1's anchor
+#: designs (condition number 25-340 once centred and scaled) are never truncated.
+NOISE_RCOND = 1e-3
+
+#: A map whose predictions on the anchors have an RMS row norm above this many times the
+#: target anchors' is not an alignment but a blow-up: such a RANSAC hypothesis is rejected
+#: (and counted), and such a final map is replaced by the fallback. A map between two
+#: batch embeddings of one graph has a gain near 1.
+MAX_GAIN = 10.0
 
 
-def least_squares(design: torch.Tensor, target: torch.Tensor, *, rcond: float = RCOND) -> torch.Tensor:
-    """Least-squares solution X of ``design @ X ~ target`` by truncated SVD.
+def machine_rcond(design: torch.Tensor) -> float:
+    """The rank tolerance of an exact solve: machine epsilon times the larger dimension
+    of the design, as LAPACK's and ``numpy.linalg.lstsq``'s default ``rcond``."""
+    return torch.finfo(torch.float64).eps * max(design.shape[-2:])
 
-    Well defined for rank-deficient and ill-conditioned designs, and the same algorithm
-    on every device: ``torch.linalg.lstsq`` is rank-revealing on the CPU (gelsy) but not on
-    CUDA (gels only), where a nearly singular design raises or returns huge coefficients.
-    The design's columns are scaled to unit norm first, so that the cutoff does not depend
-    on the units of a column (an embedding's entries against the affine map's column of
-    ones); singular values below ``rcond`` times the largest are then dropped, which gives
-    the minimum-norm solution in the scaled coefficients. Batched over leading
-    dimensions; computed in float64.
-    """
+
+def _solve(
+    design: torch.Tensor, target: torch.Tensor, rcond: float | None, column_scale: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`least_squares`, and the rank it kept."""
     design, target = design.double(), target.double()
-    norms = torch.linalg.norm(design, dim=-2, keepdim=True)
-    norms = torch.where(norms > 0, norms, torch.ones_like(norms))
-    U, S, Vh = torch.linalg.svd(design / norms, full_matrices=False)
-    keep = S > rcond * S[..., :1]
+    if column_scale is None:
+        column_scale = torch.linalg.norm(design, dim=-2, keepdim=True)
+    column_scale = column_scale.double()
+    column_scale = torch.where(column_scale > 0, column_scale, torch.ones_like(column_scale))
+    U, S, Vh = torch.linalg.svd(design / column_scale, full_matrices=False)
+    cutoff = max(machine_rcond(design), rcond or 0.0)
+    keep = S > cutoff * S[..., :1]
     inverse = torch.where(keep, 1.0 / torch.where(keep, S, torch.ones_like(S)), torch.zeros_like(S))
     scaled = Vh.transpose(-1, -2) @ (inverse.unsqueeze(-1) * (U.transpose(-1, -2) @ target))
-    return scaled / norms.transpose(-1, -2)
+    return scaled / column_scale.transpose(-1, -2), keep.sum(dim=-1)
 
 
-def affine_least_squares(source: torch.Tensor, target: torch.Tensor, *, linear: bool = False) -> torch.Tensor:
+def least_squares(
+    design: torch.Tensor,
+    target: torch.Tensor,
+    *,
+    rcond: float | None = None,
+    column_scale: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Least-squares solution X of ``design @ X ~ target`` by truncated SVD.
+
+    The same algorithm on every device: ``torch.linalg.lstsq`` is rank-revealing on the
+    CPU (gelsy) but not on CUDA (gels only), where a nearly singular design raises or
+    returns huge coefficients. Each column of the design is divided by its
+    ``column_scale`` (default: its own norm, so that the rank does not depend on a
+    column's units), singular values at or below ``rcond`` times the largest are dropped
+    (never less than :func:`machine_rcond`, the default: exact wherever the design has
+    full rank, as ``numpy.linalg.lstsq``), and the result is the minimum-norm solution in
+    the scaled coefficients. Batched over leading dimensions; computed in float64.
+    """
+    return _solve(design, target, rcond, column_scale)[0]
+
+
+def _affine_solve(
+    source: torch.Tensor,
+    target: torch.Tensor,
+    linear: bool,
+    rcond: float | None,
+    column_scale: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`affine_least_squares`, and the rank of its (centred) design."""
+    dtype, source, target = source.dtype, source.double(), target.double()
+    if linear:
+        X, rank = _solve(source, target, rcond, column_scale)
+        return X.transpose(-1, -2).to(dtype), rank
+    source_mean, target_mean = source.mean(dim=-2, keepdim=True), target.mean(dim=-2, keepdim=True)
+    A, rank = _solve(source - source_mean, target - target_mean, rcond, column_scale)
+    b = target_mean - source_mean @ A
+    return torch.cat([A, b], dim=-2).transpose(-1, -2).to(dtype), rank
+
+
+def affine_least_squares(
+    source: torch.Tensor,
+    target: torch.Tensor,
+    *,
+    linear: bool = False,
+    rcond: float | None = None,
+    column_scale: torch.Tensor | None = None,
+) -> torch.Tensor:
     """T = argmin_T sum_i ||target_i - T [source_i, 1]||^2 (``eq:stepAffie_transformation_least_squares2``).
 
-    Solved by :func:`least_squares` (minimum norm where the anchors do not fix T). Works on
-    a batch of problems too (leading dimensions are broadcast). Returns T of shape (..., K, K+1);
+    The affine fit is solved on centred anchors (T = [A, b] with A from the centred
+    problem and b = mean(target) - A mean(source)), which is the same least-squares
+    problem but does not depend on where the origin is: a column 1 + 1e-3 v is as well
+    determined as v. A is found by :func:`least_squares` with ``rcond`` and
+    ``column_scale`` (the scale of each centred source column; default its own norm), so
+    with the defaults T equals ``numpy.linalg.lstsq`` on [source, 1] wherever that design
+    has full rank, and is the minimum-norm map where the anchors do not fix it. Works on a
+    batch of problems (leading dimensions are broadcast). Returns T of shape (..., K, K+1);
     with ``linear``, the map without translation, T = argmin sum_i ||target_i - T source_i||^2,
     of shape (..., K, K).
     """
-    return least_squares(_design(source, linear), target).transpose(-1, -2).to(source.dtype)
+    return _affine_solve(source, target, linear, rcond, column_scale)[0]
 
 
 def apply_affine(transform: torch.Tensor, phi: torch.Tensor) -> torch.Tensor:
     """phi <- T [phi, 1] for every row (``eq:stepAlignment``); a square T (a linear map)
     is applied as phi <- T phi."""
-    return _design(phi, transform.shape[-1] == phi.shape[-1]) @ transform.T
+    return _design(phi, transform.shape[-1] == phi.shape[-1]) @ transform.transpose(-1, -2)
 
 
 def _row_errors(transform: torch.Tensor, source: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    design = _design(source, transform.shape[-1] == source.shape[-1])
-    return torch.linalg.norm(design @ transform.transpose(-1, -2) - target, dim=-1)
+    return torch.linalg.norm(apply_affine(transform, source) - target, dim=-1)
+
+
+def _rms_row_norm(rows: torch.Tensor) -> torch.Tensor:
+    return rows.double().pow(2).sum(dim=-1).mean(dim=-1).sqrt()
+
+
+def alignment_gain(transform: torch.Tensor, source: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """RMS row norm of the mapped ``source`` over that of ``target``: about 1 for a map
+    between two embeddings of one graph, orders of magnitude more for a blown-up fit."""
+    return _rms_row_norm(apply_affine(transform, source)) / _rms_row_norm(target)
 
 
 def align_affine(source: torch.Tensor, target: torch.Tensor, *, linear: bool = False) -> AlignmentResult:
@@ -142,7 +220,28 @@ def inlier_threshold(target: torch.Tensor, tolerance: float, mode: str = "relati
         raise InputError(f"tolerance_mode must be one of {list(TOLERANCE_MODES)}, got {mode!r}")
     if mode == "absolute":
         return tolerance
-    return tolerance * float(torch.linalg.norm(target.double(), dim=1).pow(2).mean().sqrt())
+    return tolerance * float(_rms_row_norm(target))
+
+
+def hypotheses_needed(
+    inlier_ratio: float, sample_size: int, confidence: float, full_rank_fraction: float = 1.0
+) -> float:
+    """How many random samples make at least one usable sample likely with probability
+    ``confidence``: log(1 - confidence) / log(1 - q w^s) for inlier ratio w and sample size
+    s (Fischler and Bolles), where q, the fraction of samples whose design fixes the map,
+    counts the degenerate samples out (a clustered embedding's sample must hold every
+    cluster); infinite when no sample can be usable."""
+    clean = full_rank_fraction * inlier_ratio**sample_size
+    if clean >= 1.0:
+        return 1.0
+    if clean <= 0.0:
+        return math.inf
+    return math.log(1.0 - confidence) / math.log1p(-clean)
+
+
+#: Refits on the inliers (local optimisation) stop after this many even if the inlier set
+#: still changes; in practice it settles after one or two.
+MAX_REFITS = 20
 
 
 def ransac_affine(
@@ -150,26 +249,45 @@ def ransac_affine(
     target: torch.Tensor,
     *,
     n_iter: int = 100,
+    max_iter: int = 5000,
+    confidence: float = 0.99,
     sample_size: int = 20,
     tolerance: float = 0.25,
     tolerance_mode: str = "relative",
+    rcond: float = NOISE_RCOND,
+    max_gain: float = MAX_GAIN,
     generator: torch.Generator | None = None,
     linear: bool = False,
 ) -> AlignmentResult:
     """Robust affine map from ``source`` anchors to ``target`` anchors by RANSAC (a linear
     map with ``linear``: then K anchors fix one instead of K+1).
 
-    Each of ``n_iter`` hypotheses is a least-squares fit to ``sample_size`` random
-    anchors; an anchor is an inlier when its row-wise L2 error is below the threshold of
+    Hypotheses are least-squares fits (:func:`affine_least_squares`) to ``sample_size``
+    random anchors, drawn in rounds of ``n_iter``. After each round the number of
+    hypotheses needed for ``confidence`` is computed from the best inlier ratio seen so
+    far and the fraction of samples whose design had full rank (:func:`hypotheses_needed`),
+    and rounds are drawn until that many have been drawn or ``max_iter`` (the cap: 5,000
+    hypotheses find a clean, full-rank 20-anchor sample at 99 % confidence when 70 % of
+    the anchors are clean, a minimal K+1 = 11-anchor one down to 50 %, in general
+    position). On a clustered embedding a sample fixes the map only if it holds every
+    cluster: 20 anchors of 10 classes do about one time in five, K+1 = 11 anchors about
+    one in 500, so there minimal samples are the worse choice.
+
+    Each hypothesis measures its columns in the scale they have over *all* anchors, not
+    over its own sample, and drops directions weaker than ``rcond`` of that
+    (:data:`NOISE_RCOND`): a sample that misses a cluster of a clustered embedding holds
+    that cluster's eigenvector at ~1e-9 of its scale, and scaled by the sample alone it
+    would be fitted with coefficients ~1e8. A hypothesis whose map still blows the
+    anchors up (:func:`alignment_gain` above ``max_gain``) is rejected and counted.
+
+    An anchor is an inlier when its row-wise L2 error is below the threshold of
     :func:`inlier_threshold` (by default 0.25 of the target's RMS row norm: on Siamese
     digits features, 99 % of clean anchors lie within 0.15 of it, and an anchor from the
     wrong class misses by about its whole norm). The hypothesis with most inliers (ties:
-    smallest inlier error) is refitted on its inliers. When no hypothesis has K+1 inliers,
-    T is fitted on all anchors and the fallback is logged and flagged.
-
-    A hypothesis is clean with probability (1 - outlier fraction)^sample_size: the
-    authors' 20 anchors per sample and 100 iterations tolerate a few percent of
-    outliers; with many, use minimal samples (K+1) or more iterations.
+    smallest inlier error) is refitted on its inliers, and the refit repeated on the new
+    inlier set until it stops changing (local optimisation, at most :data:`MAX_REFITS`).
+    When no hypothesis has K+1 inliers, T is fitted on all anchors, and the fallback is
+    logged and flagged.
     """
     _check_anchors(source, target, linear)
     n_anchors, dim = source.shape
@@ -179,37 +297,79 @@ def ransac_affine(
             f"sample_size must be between {minimal} (fixes the map in K={dim}) and the number of anchors"
             f" {n_anchors}, got {sample_size}"
         )
-    if n_iter < 1 or not tolerance > 0:
-        raise InputError(f"n_iter must be >= 1 and tolerance > 0, got {n_iter} and {tolerance}")
+    if not 1 <= n_iter <= max_iter or not tolerance > 0 or not 0 < confidence < 1:
+        raise InputError(
+            "RANSAC needs 1 <= n_iter <= max_iter, tolerance > 0 and 0 < confidence < 1, got"
+            f" n_iter={n_iter}, max_iter={max_iter}, tolerance={tolerance}, confidence={confidence}"
+        )
     threshold = inlier_threshold(target, tolerance, tolerance_mode)
     generator = generator or torch.Generator().manual_seed(0)
     dtype = source.dtype
     source, target = source.double(), target.double()
-    # One random permutation per hypothesis; its first sample_size anchors are the sample.
-    samples = torch.rand(n_iter, n_anchors, generator=generator).argsort(dim=1)[:, :sample_size]
-    samples = samples.to(source.device)
-    hypotheses = affine_least_squares(source[samples], target[samples], linear=linear)
-    errors = _row_errors(hypotheses, source.unsqueeze(0), target.unsqueeze(0))
-    is_inlier = errors < threshold
-    counts = is_inlier.sum(dim=1)
-    inlier_error = torch.where(is_inlier, errors, torch.zeros_like(errors)).sum(dim=1)
-    # Most inliers first, then smallest summed inlier error.
-    best = int(torch.argmax(counts * (1.0 + inlier_error.max()) - inlier_error))
-    if int(counts[best]) < minimal:
-        log.warning(
-            "RANSAC: no hypothesis had %d inliers (best %d of %d at tolerance %g);"
-            " falling back to least squares on all anchors",
-            minimal,
-            int(counts[best]),
-            n_anchors,
-            threshold,
-        )
-        result = align_affine(source, target, linear=linear)
-        result.transform, result.fallback = result.transform.to(dtype), True
-        return result
-    transform = affine_least_squares(source[is_inlier[best]], target[is_inlier[best]], linear=linear)
-    residuals = _row_errors(transform, source, target)
-    return AlignmentResult(transform.to(dtype), residuals < threshold, residuals)
+    # Every fit measures a column by its scale over all anchors, shrunk to the fit's size.
+    centred = source if linear else source - source.mean(dim=0)
+    anchor_scale = torch.linalg.norm(centred, dim=0, keepdim=True) / math.sqrt(n_anchors)
+
+    def fit(rows: torch.Tensor, size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        scale = anchor_scale * math.sqrt(size)
+        return _affine_solve(source[rows], target[rows], linear, rcond, scale)
+
+    def refine(inliers: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """Refit on the inliers until the inlier set stops changing (local optimisation)."""
+        transform, refits = fit(inliers, int(inliers.sum()))[0], 1
+        while refits < MAX_REFITS:
+            refined = _row_errors(transform, source, target) < threshold
+            if torch.equal(refined, inliers) or int(refined.sum()) < minimal:
+                break
+            inliers, transform, refits = refined, fit(refined, int(refined.sum()))[0], refits + 1
+        return transform, inliers, refits
+
+    # A sample is usable when it fixes as much of the map as all anchors do.
+    anchor_rank = int(fit(torch.arange(n_anchors, device=source.device), n_anchors)[1])
+    best_score, best = (-1, 0.0), None  # (inlier count, -summed inlier error), refine()'s result
+    drawn = rejected = full_rank = 0
+    needed = float(n_iter)
+    while drawn < needed:
+        block = min(n_iter, max_iter - drawn)
+        # One random permutation per hypothesis; its first sample_size anchors are the sample.
+        samples = torch.rand(block, n_anchors, generator=generator).argsort(dim=1)[:, :sample_size]
+        hypotheses, ranks = fit(samples.to(source.device), sample_size)
+        errors = _row_errors(hypotheses, source.unsqueeze(0), target.unsqueeze(0))
+        blown_up = alignment_gain(hypotheses, source.unsqueeze(0), target.unsqueeze(0)) > max_gain
+        is_inlier = (errors < threshold) & ~blown_up.unsqueeze(1)
+        counts = is_inlier.sum(dim=1)
+        inlier_error = torch.where(is_inlier, errors, torch.zeros_like(errors)).sum(dim=1)
+        # Most inliers first, then smallest summed inlier error.
+        top = int(torch.argmax(counts * (1.0 + inlier_error.max()) - inlier_error))
+        score = (int(counts[top]), -float(inlier_error[top]))
+        drawn, rejected = drawn + block, rejected + int(blown_up.sum())
+        full_rank += int((ranks >= anchor_rank).sum())
+        if score > best_score:
+            best_score = score
+            if score[0] >= minimal:
+                best = refine(is_inlier[top])
+        # The inlier ratio after local optimisation is the best estimate of the clean share.
+        ratio = (int(best[1].sum()) if best else best_score[0]) / n_anchors
+        usable = max(full_rank, 1) / drawn
+        needed = min(max_iter, max(n_iter, hypotheses_needed(ratio, sample_size, confidence, usable)))
+    if best is not None and float(alignment_gain(best[0], source, target)) <= max_gain:
+        transform, _, refits = best
+        residuals = _row_errors(transform, source, target)
+        return AlignmentResult(transform.to(dtype), residuals < threshold, residuals, False, drawn, rejected, refits)
+    log.warning(
+        "RANSAC: no hypothesis had %d inliers with a bounded map (best %d of %d at tolerance %g, %d of %d"
+        " hypotheses rejected as blown up); falling back to least squares on all anchors",
+        minimal,
+        best_score[0],
+        n_anchors,
+        threshold,
+        rejected,
+        drawn,
+    )
+    result = align_affine(source, target, linear=linear)
+    result.transform, result.fallback = result.transform.to(dtype), True
+    result.n_hypotheses, result.n_rejected = drawn, rejected
+    return result
 
 
 def global_transform(

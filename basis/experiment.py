@@ -2,7 +2,8 @@
 
 Train on the training split, embed the test split, and compare with the analytic
 embedding of the test split's own graph (same graph settings): d_G, d_perp, NMI and
-ACC of K-means on the output, each also as the authors' code computed it, and two linear
+ACC of K-means on the output, each also as the authors' code computed it (see
+:mod:`basis.metrics`), BASiS's alignment errors, and two linear
 probes trained on the training split's output (a converged one, and the authors').
 SpecNet2's post-processing runs on the whole test set, as in the paper, and SpecNet2 is
 scored in its own basis as well.
@@ -97,6 +98,9 @@ def run_method(
         batch_size=ev["authors_probe_batch_size"],
         seed=seed,
     )
+    errors = getattr(estimator, "alignment_errors_", None)
+    if errors:  # how well the batches were aligned (see BASiS.align)
+        result["alignment_error_median"], result["alignment_error_max"] = float(np.median(errors)), max(errors)
     result["train_seconds"] = train_seconds
     return RunResult(
         result, estimator, train_embedding, test_embedding, reference_embedding, params | {"n_components": n_components}

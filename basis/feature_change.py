@@ -71,7 +71,7 @@ class FeatureChangeTrainer:
         local scale of the 7th neighbour, L_N without the trivial vector, lr 1e-4).
     feature_lr, pairs_per_step, margin :
         The Siamese side (contrastive loss, Adam).
-    ransac_iter, ransac_sample_size, ransac_tolerance, ransac_tolerance_mode :
+    ransac_iter, ransac_max_iter, ransac_confidence, ransac_sample_size, ransac_tolerance, ransac_tolerance_mode :
         RANSAC of both the batch alignment and T_G (as in :class:`~basis.estimators.BASiS`).
     use_global_transform : bool
         False replaces the base embedding without T_G (an ablation).
@@ -99,6 +99,8 @@ class FeatureChangeTrainer:
         pairs_per_step: int = 256,
         margin: float = 1.0,
         ransac_iter: int = 100,
+        ransac_max_iter: int = 5000,
+        ransac_confidence: float = 0.99,
         ransac_sample_size: int = 20,
         ransac_tolerance: float = 0.25,
         ransac_tolerance_mode: str = "relative",
@@ -137,6 +139,8 @@ class FeatureChangeTrainer:
             anchors="stratified",
             anchors_per_class=anchors_per_class,
             ransac_iter=ransac_iter,
+            ransac_max_iter=ransac_max_iter,
+            ransac_confidence=ransac_confidence,
             ransac_sample_size=ransac_sample_size,
             ransac_tolerance=ransac_tolerance,
             ransac_tolerance_mode=ransac_tolerance_mode,

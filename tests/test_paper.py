@@ -29,8 +29,14 @@ def test_paper_table_is_complete():
 
 
 def _both_variants(values, equation_offset=0.0):
-    """The same numbers under the code variants' keys and, shifted, under the equations'."""
-    return {**{PAPER_VARIANT[m]: v for m, v in values.items()}, **{m: v + equation_offset for m, v in values.items()}}
+    """The same numbers under the code variants' keys and, shifted, under the equations' (and
+    their column-normalised steps)."""
+    steps = {f"{m}_colnorm": values[m] + equation_offset for m in ("d_G", "d_perp") if m in values}
+    return {
+        **{PAPER_VARIANT[m]: v for m, v in values.items()},
+        **{m: v + equation_offset for m, v in values.items()},
+        **steps,
+    }
 
 
 def _row(text, dataset, method, measure):

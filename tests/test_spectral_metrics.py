@@ -70,13 +70,19 @@ def test_grassmann_distance_properties(rng):
 
 def test_orthogonality_measure():
     Q = np.linalg.qr(np.random.default_rng(0).normal(size=(50, 3)))[0]
-    assert metrics.orthogonality(Q * [1.0, 5.0, 0.2]) < 1e-20  # column scale does not count
+    # column scale counts in the paper's equation only: (5^2 - 1)^2 + (0.2^2 - 1)^2
+    assert metrics.orthogonality(Q * [1.0, 5.0, 0.2]) == pytest.approx(24.0**2 + 0.96**2)
+    assert metrics.orthogonality(Q * [1.0, 5.0, 0.2], variant="colnorm") < 1e-20
     Y = np.array([[1.0, 1.0], [0.0, 1.0]])
     # normalised columns (1,0), (1,1)/sqrt2: off-diagonal 1/sqrt2 twice
-    assert metrics.orthogonality(Y) == pytest.approx(1.0)
+    assert metrics.orthogonality(Y, variant="colnorm") == pytest.approx(1.0)
     assert metrics.orthogonality(Y, variant="code") == pytest.approx(1.0)
+    # raw: Y^T Y - I = [[0, 1], [1, 1]]
+    assert metrics.orthogonality(Y) == pytest.approx(3.0)
     Y3 = np.array([[1.0, 1.0, 0.0], [0.0, 1.0, 1.0], [0.0, 0.0, 1.0]])
-    assert metrics.orthogonality(Y3, variant="code") == pytest.approx(np.sqrt(metrics.orthogonality(Y3)))
+    assert metrics.orthogonality(Y3, variant="code") == pytest.approx(
+        np.sqrt(metrics.orthogonality(Y3, variant="colnorm"))
+    )
 
 
 def test_acc_of_a_label_permutation_is_one():
@@ -130,16 +136,44 @@ def test_converged_probe_reads_the_analytic_embedding_of_separated_blobs(rng):
     assert metrics.authors_linear_probe_accuracy(U[train], y[train], U[test], y[test], epochs=20) < 90.0
 
 
-def test_evaluate_embedding_reports_both_variants_of_each_measure(rng):
+def test_evaluate_embedding_reports_every_variant_of_each_measure(rng):
     Y = rng.normal(size=(60, 3)) + np.repeat(np.eye(3) * 5, 20, axis=0)
     labels = np.repeat(np.arange(3), 20)
     reference = Y[:, ::-1] + rng.normal(size=Y.shape)
     result = metrics.evaluate_embedding(Y, labels, reference)
-    for variant, suffix in (("paper", ""), ("code", "_code")):
-        assert result[f"d_G{suffix}"] == pytest.approx(metrics.grassmann_distance(Y, reference, variant=variant))
+    assert result["d_G"] == pytest.approx(metrics.grassmann_distance(Y, reference))
+    assert result["d_G_colnorm"] == pytest.approx(metrics.grassmann_distance(Y, reference, variant="colnorm"))
+    aligned = metrics.align_reference(reference, Y, labels)
+    assert result["d_G_code"] == pytest.approx(metrics.grassmann_distance(Y, aligned, variant="code"))
+    for variant, suffix in (("paper", ""), ("colnorm", "_colnorm"), ("code", "_code")):
         assert result[f"d_perp{suffix}"] == pytest.approx(metrics.orthogonality(Y, variant=variant))
-    assert result["d_perp"] == pytest.approx(result["d_perp_code"] ** 2)
-    assert result["d_G"] != pytest.approx(result["d_G_code"])  # a non-orthogonal basis tells them apart
+    assert result["d_perp_colnorm"] == pytest.approx(result["d_perp_code"] ** 2)
+    assert result["d_G"] != pytest.approx(result["d_G_colnorm"])  # a non-orthogonal basis tells them apart
+
+
+def test_the_papers_orthogonality_measures_the_output_as_it_is(rng):
+    """Eq. (d_perp) on Y itself: an orthonormal basis scores 0, the same basis scaled by 2
+    scores K (2^2 - 1)^2; normalising the columns hides the scale, not the angles."""
+    Q = np.linalg.qr(rng.normal(size=(50, 4)))[0]
+    assert metrics.orthogonality(Q) == pytest.approx(0.0, abs=1e-20)
+    assert metrics.orthogonality(2 * Q) == pytest.approx(4 * 9.0)
+    assert metrics.orthogonality(2 * Q, variant="colnorm") == pytest.approx(0.0, abs=1e-20)
+    skew = Q + 0.3 * Q[:, :1]
+    assert metrics.orthogonality(skew, variant="colnorm") > 0.01
+
+
+def test_the_authors_d_g_is_scored_against_the_reference_aligned_through_anchors(rng):
+    """The authors' d_G compares the output with the analytic embedding mapped into the
+    output's space by RANSAC: for an output that is an affine image of the reference (not
+    an orthonormal basis, and off the origin) the aligned reference is the output itself."""
+    labels = np.repeat(np.arange(4), 40)
+    reference = np.linalg.qr(np.eye(4)[labels] + 0.05 * rng.normal(size=(160, 4)))[0]
+    T = rng.normal(size=(4, 5))
+    output = np.hstack([reference, np.ones((160, 1))]) @ T.T
+    np.testing.assert_allclose(metrics.align_reference(reference, output, labels), output, atol=1e-10)
+    result = metrics.evaluate_embedding(output, labels, reference, n_clusters=4)
+    assert result["d_G_code"] == pytest.approx(metrics.grassmann_distance(output, output, variant="code"))
+    assert result["d_G_code"] != pytest.approx(result["d_G_colnorm"])
 
 
 def test_own_basis_score_removes_specnet2s_d_g_floor(rng):
@@ -198,3 +232,11 @@ def test_knn_memory_bound_shrinks_the_chunks_not_the_answer():
     small_dists, small_indices = knn(X, 10, max_block_bytes=16_000)
     assert torch.equal(indices, small_indices)
     assert torch.allclose(dists, small_dists, atol=1e-5)
+
+
+def test_a_probe_that_did_not_converge_is_an_error(rng):
+    X = rng.normal(size=(300, 5))
+    y = (X[:, 0] + 0.5 * rng.normal(size=300) > 0).astype(int)
+    assert metrics.linear_probe_accuracy(X, y, X, y) > 50.0
+    with pytest.raises(metrics.ProbeNotConvergedError, match="did not converge in probe_max_iter=2"):
+        metrics.linear_probe_accuracy(X, y, X, y, max_iter=2)

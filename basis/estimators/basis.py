@@ -28,9 +28,15 @@ class BASiS(SpectralEstimator):
     After ``fit``: ``anchor_indices_``, ``reference_indices_`` and
     ``reference_embedding_`` (the reference batch V^ref and its embedding),
     ``reference_anchor_embedding_`` (what batches are aligned to; see
-    :meth:`set_reference`), ``n_fallbacks_`` (RANSAC fallbacks to least squares) and
+    :meth:`set_reference`), ``n_fallbacks_`` (RANSAC fallbacks to least squares),
     ``n_redrawn_batches_`` (batches redrawn because their graph was too disconnected to
-    embed).
+    embed) and ``alignment_errors_`` (the :meth:`align` error of every aligned batch).
+
+    Every step's info holds the alignment's diagnostics: ``inlier_fraction``,
+    ``ransac_hypotheses`` and ``ransac_rejected`` (drawn, and rejected as blown up),
+    ``aligned_norm_ratio`` (RMS row norm of the aligned batch over the reference anchors')
+    and ``alignment_error`` (RMS error of the aligned anchors that hold their own node,
+    over the reference anchors' RMS row norm).
 
     Every iteration embeds a fresh batch (anchors + m - l new points) analytically,
     aligns it to the reference embedding through the anchors (RANSAC over affine maps,
@@ -53,11 +59,15 @@ class BASiS(SpectralEstimator):
         random node of another class (any other node without labels) instead of the
         anchor: gross outliers in the anchor correspondence, for the alignment ablation.
         0 (default) in every real use.
-    ransac_iter, ransac_sample_size, ransac_tolerance, ransac_tolerance_mode :
-        RANSAC settings. The tolerance is relative to the reference anchors' RMS row norm
-        by default (0.25; see :func:`basis.alignment.inlier_threshold`); the authors used an
-        absolute one (``ransac_tolerance=0.1, ransac_tolerance_mode="absolute"``; three
-        moons: 5 anchors per sample and 0.01).
+    ransac_iter, ransac_max_iter, ransac_confidence, ransac_sample_size, ransac_tolerance, ransac_tolerance_mode :
+        RANSAC settings (see :func:`basis.alignment.ransac_affine`). Hypotheses are drawn in
+        rounds of ``ransac_iter`` (the authors' 100) until as many as ``ransac_confidence``
+        (0.99) asks for, given the observed inlier ratio, have been drawn, at most
+        ``ransac_max_iter`` (5,000). ``ransac_sample_size`` anchors make a sample: the
+        authors' 20, or K+1, the minimal sample. The tolerance is relative to the reference
+        anchors' RMS row norm by default (0.25; see :func:`basis.alignment.inlier_threshold`);
+        the authors used an absolute one (``ransac_tolerance=0.1,
+        ransac_tolerance_mode="absolute"``; three moons: 5 anchors per sample and 0.01).
     alignment_map : {"affine", "linear"}
         The map each batch is aligned by: the paper's affine map, or a linear one (beyond
         the paper). Where the trivial eigenvector is kept, two batches' eigenvectors are
@@ -98,6 +108,8 @@ class BASiS(SpectralEstimator):
         alignment: str = "ransac",
         anchor_outliers: float = 0.0,
         ransac_iter: int = 100,
+        ransac_max_iter: int = 5000,
+        ransac_confidence: float = 0.99,
         ransac_sample_size: int = 20,
         ransac_tolerance: float = 0.25,
         ransac_tolerance_mode: str = "relative",
@@ -115,6 +127,8 @@ class BASiS(SpectralEstimator):
         self.alignment = alignment
         self.anchor_outliers = anchor_outliers
         self.ransac_iter = ransac_iter
+        self.ransac_max_iter = ransac_max_iter
+        self.ransac_confidence = ransac_confidence
         self.ransac_sample_size = ransac_sample_size
         self.ransac_tolerance = ransac_tolerance
         self.ransac_tolerance_mode = ransac_tolerance_mode
@@ -142,6 +156,12 @@ class BASiS(SpectralEstimator):
             )
         if not 0.0 <= self.average_tail < 1.0:
             raise InputError(f"average_tail must be in [0, 1), got {self.average_tail!r}")
+        if not 1 <= self.ransac_iter <= self.ransac_max_iter or not 0 < self.ransac_confidence < 1:
+            raise InputError(
+                "RANSAC needs 1 <= ransac_iter <= ransac_max_iter and 0 < ransac_confidence < 1, got"
+                f" ransac_iter={self.ransac_iter}, ransac_max_iter={self.ransac_max_iter},"
+                f" ransac_confidence={self.ransac_confidence}"
+            )
         if self.ransac_tolerance_mode not in TOLERANCE_MODES:
             raise InputError(
                 f"ransac_tolerance_mode must be one of {list(TOLERANCE_MODES)}, got {self.ransac_tolerance_mode!r}"
@@ -188,6 +208,7 @@ class BASiS(SpectralEstimator):
         self.class_codes_ = None if y is None else torch.as_tensor(np.unique(y, return_inverse=True)[1])
         self.ransac_generator_ = torch.Generator().manual_seed(self.seed + 1)
         self.n_fallbacks_ = self.n_redrawn_batches_ = 0
+        self.alignment_errors_: list[float] = []
         self.reference_indices_, _, self.reference_embedding_ = self._draw_embedded_batch(
             X.shape[0], self._training_features, StepTimer(self.device_)
         )
@@ -228,6 +249,8 @@ class BASiS(SpectralEstimator):
         """This estimator's RANSAC settings and generator, as :func:`~basis.alignment.ransac_affine` takes them."""
         return {
             "n_iter": self.ransac_iter,
+            "max_iter": self.ransac_max_iter,
+            "confidence": self.ransac_confidence,
             "sample_size": self.ransac_sample_size,
             "tolerance": self.ransac_tolerance,
             "tolerance_mode": self.ransac_tolerance_mode,
@@ -244,12 +267,36 @@ class BASiS(SpectralEstimator):
         self.n_fallbacks_ += int(result.fallback)
         return result
 
-    def align(self, phi_batch: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-        """Align a batch embedding whose first rows are the anchors to the reference."""
+    def align(
+        self, phi_batch: torch.Tensor, clean_slots: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """Align a batch embedding whose first rows are the anchors to the reference, with
+        the alignment's diagnostics (see the class docs); ``clean_slots`` marks the anchor
+        slots that hold their own node (all, unless ``anchor_outliers``)."""
         if self.alignment == "none":
             return phi_batch, {"inlier_fraction": float("nan")}
-        result = self._fit(phi_batch[: len(self.anchor_indices_)], self.reference_anchor_embedding_)
-        return apply_affine(result.transform, phi_batch), {"inlier_fraction": float(result.inliers.float().mean())}
+        n_anchors, reference = len(self.anchor_indices_), self.reference_anchor_embedding_
+        result = self._fit(phi_batch[:n_anchors], reference)
+        aligned = apply_affine(result.transform, phi_batch)
+        clean = torch.ones(n_anchors, dtype=torch.bool) if clean_slots is None else clean_slots
+        reference_rms = reference.double().pow(2).sum(dim=1).mean().sqrt()
+        errors = (aligned[:n_anchors] - reference).double().pow(2).sum(dim=1)
+        # One transfer for the three diagnostics that live on the device.
+        inlier_fraction, norm_ratio, error = torch.stack(
+            [
+                result.inliers.double().mean(),
+                aligned.double().pow(2).sum(dim=1).mean().sqrt() / reference_rms,
+                errors[clean.to(errors.device)].mean().sqrt() / reference_rms,
+            ]
+        ).tolist()
+        self.alignment_errors_.append(error)
+        return aligned, {
+            "inlier_fraction": inlier_fraction,
+            "ransac_hypotheses": float(result.n_hypotheses),
+            "ransac_rejected": float(result.n_rejected),
+            "aligned_norm_ratio": norm_ratio,
+            "alignment_error": error,
+        }
 
     def _corrupt_anchor_slots(self, batch: torch.Tensor, n: int) -> torch.Tensor:
         """``batch`` with ``anchor_outliers`` of its anchor slots holding a random node of
@@ -293,9 +340,9 @@ class BASiS(SpectralEstimator):
     def _next_batch(self, features_of: FeaturesOf, n_train: int, timer: StepTimer) -> tuple[torch.Tensor, ...]:
         """A drawn batch (see :meth:`_draw_embedded_batch`): its features and its embedding
         aligned to the reference, with the alignment's info."""
-        _, X_batch, phi = self._draw_embedded_batch(n_train, features_of, timer, corrupt=True)
+        batch, X_batch, phi = self._draw_embedded_batch(n_train, features_of, timer, corrupt=True)
         with timer("alignment"):
-            phi, info = self.align(phi)
+            phi, info = self.align(phi, clean_slots=batch[: len(self.anchor_indices_)] == self.anchor_indices_)
         return X_batch, phi, info
 
     def step(self, batch=None) -> dict[str, float]:

@@ -78,6 +78,7 @@ def bunny_diffusion_maps(
         "circular_correlation_analytic_test": correlation(test_reference, data.y_test),
         "circular_correlation_analytic_all": correlation(all_frames, angles),
         "n_fallbacks": model.n_fallbacks_,
+        "alignment_error_max": max(model.alignment_errors_, default=0.0),
     }
     examples = data.X_test[np.argsort(data.y_test)[:: max(1, len(data.y_test) // 6)][:6], 0]
     arrays = {

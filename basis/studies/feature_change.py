@@ -49,7 +49,8 @@ def feature_change(
     n_components = n_components or len(np.unique(y_train)) - 1
     trainer = FeatureChangeTrainer(n_components, seed=seed, device=device, callback=callback, **settings)
     outcome = trainer.fit(X_train, y_train, X_test, y_test)
-    return summarize(outcome), snapshot_arrays(outcome)
+    worst_alignment = max(trainer.spectral.alignment_errors_, default=0.0)
+    return {**summarize(outcome), "alignment_error_max": worst_alignment}, snapshot_arrays(outcome)
 
 
 def history(a: dict[str, np.ndarray], name: str) -> tuple[np.ndarray, np.ndarray]:

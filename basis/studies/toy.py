@@ -64,6 +64,7 @@ def toy_example(
     grid = model.transform(np.stack([gx.ravel(), gy.ravel()], axis=1)).reshape(grid_size, grid_size, -1)
     result.update(
         n_fallbacks=model.n_fallbacks_,
+        alignment_error_max=max(model.alignment_errors_, default=0.0),
         final_loss=float(np.mean(model.loss_curve_[-20:])),
         batch_analytic_nmi=batch_embedding_nmi(
             data.X_train, data.y_train, graph_settings["graph"], model.batch_size, model.n_components, seed=seed

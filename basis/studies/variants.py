@@ -83,19 +83,26 @@ def basis_variants(
     scaled_graph = {**graph_settings, "graph": {**graph_settings["graph"], "n_neighbors": scaled_k}}
     reference_scaled = analytic_embedding(data.X_test, scaled_graph, n_components)
     scores = {(variant, measure): [] for variant in variants for measure in MEASURES}
+    worst_alignment = 0.0
     for run_seed in range(seed, seed + n_seeds):
         for variant in variants:
             model = BASiS(n_components, seed=run_seed, device=device, **options, **VARIANTS[variant])
             if callback is not None and variant == "paper" and run_seed == seed:
                 model.set_params(callback=callback)  # the first run's curve, as every study logs one
             embedding = model.fit(data.X_train, data.y_train).transform(data.X_test)
+            worst_alignment = max(worst_alignment, *model.alignment_errors_)
             result = metrics.evaluate_embedding(
                 embedding, data.y_test, reference, n_clusters=data.n_classes, seed=run_seed
             )
             result["d_G_scaled_k"] = metrics.grassmann_distance(embedding, reference_scaled)
             for measure in MEASURES:
                 scores[variant, measure].append(result[measure])
-    summary: dict[str, float] = {"n_seeds": n_seeds, "n_iter": n_iter, "scaled_k": scaled_k}
+    summary: dict[str, float] = {
+        "n_seeds": n_seeds,
+        "n_iter": n_iter,
+        "scaled_k": scaled_k,
+        "alignment_error_max": worst_alignment,
+    }
     for variant in variants:
         for measure in MEASURES:
             values = np.asarray(scores[variant, measure])

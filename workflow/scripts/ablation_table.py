@@ -10,7 +10,7 @@ smk = snakemake  # noqa: F821 (injected by Snakemake)
 sys.path.insert(0, str(Path(smk.scriptdir).parents[1]))
 
 from basis.outputs import read_metrics
-from basis.paper import ablation_markdown, markdown_to_html, sweep_summary
+from basis.paper import ABLATION_MEASURES, ablation_markdown, markdown_to_html, sweep_summary
 from basis.tracking import tracked_run
 
 with open(smk.log[0], "w") as log:
@@ -18,7 +18,8 @@ with open(smk.log[0], "w") as log:
     rows = []
     for path in map(Path, smk.input.metrics):  # results/ablation/{dataset}/{alignment}/seed{seed}/metrics.json
         rows.append({"dataset": path.parts[-4], "method": path.parts[-3], **read_metrics(path)})
-    summary = sweep_summary(pd.DataFrame(rows), by="dataset").rename(columns={"method": "alignment"})
+    summary = sweep_summary(pd.DataFrame(rows), by="dataset", measures=ABLATION_MEASURES)
+    summary = summary.rename(columns={"method": "alignment"})
     summary.to_csv(smk.output.csv, index=False)
     Path(smk.output.markdown).write_text(ablation_markdown(summary))
     Path(smk.output.html).write_text(markdown_to_html(ablation_markdown(summary)))
