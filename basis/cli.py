@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import tempfile
 import time
@@ -15,6 +16,7 @@ import numpy as np
 
 from basis.catalog import DATASETS, method_names
 from basis.errors import InputError
+from basis.inputs import check_output, check_seed, check_store
 from basis.outputs import atomic_path, write_json
 from basis.threads import limit_threads
 
@@ -33,6 +35,7 @@ def _maybe_tracked(args: argparse.Namespace, run_name: str, tags: dict[str, str]
     if not args.track:
         yield None
         return
+    # Checked when the job started (see check_common); here the run opens.
     from basis.settings import parse_assignment
     from basis.tracking import tracked_run
 
@@ -76,26 +79,21 @@ def _callbacks(*callbacks):
     return each
 
 
-def check_writable(path: str, *, folder: bool) -> None:
-    """Refuse, before any compute, an output path that cannot be written as asked."""
-    target = Path(path)
-    if folder and target.exists() and not target.is_dir():
-        raise InputError(f"--out {path} is an existing file; --out names a folder for the results")
-    if not folder and target.is_dir():
-        raise InputError(f"--out {path} is a folder; --out names the file to write")
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     from basis.data import load_inputs
     from basis.device import resolve_device
-    from basis.experiment import run_method
+    from basis.experiment import check_method, run_method
+    from basis.references import load_reference
     from basis.settings import resolve_settings
 
     settings = resolve_settings(args.method, assignments=args.set, dataset=args.dataset)
     device = str(resolve_device(args.device))  # resolved once: logged as used
     if args.out:
-        check_writable(args.out, folder=True)
+        check_output(args.out, folder=True)
     data = load_inputs(args.dataset, args.features, seed=args.data_seed, root=args.data_root)
+    n_components = settings["n_components"] or data.n_classes
+    stored = None if args.reference is None else load_reference(args.reference, settings, n_components, data.X_test)
+    check_method(args.method, data, settings)  # what depends on the data, before a run opens
     tags = {"dataset": args.dataset, "method": args.method, "seed": str(args.seed)}
     with _maybe_tracked(args, f"{args.dataset}-{args.method}-seed{args.seed}", tags) as run:
         if run:
@@ -124,7 +122,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             device=device,
             settings=settings,
             callback=_callbacks(run.log_step if run else None, _progress(n_iter)),
-            reference=args.reference,
+            reference=stored,
         )
         scores = {k: v for k, v in result.metrics.items() if k != "train_seconds"}
         output = {**scores, "train_seconds": result.metrics["train_seconds"], "device": str(result.estimator.device_)}
@@ -161,16 +159,25 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_embed(args: argparse.Namespace) -> int:
+    from basis.inputs import load_points
     from basis.serving import load_embedding
 
-    inputs = np.load(args.input, allow_pickle=False)
+    check_output(args.out, folder=False)
+    inputs = load_points(args.input, images=bool(args.siamese))
+    features = None
     if args.siamese:  # images -> the Siamese features the model was trained on
         from basis.features import SiameseFeatures
 
-        inputs = SiameseFeatures.load(args.siamese, device=args.device).transform(inputs)
-    embedding = np.asarray(load_embedding(args.model)(inputs))
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    np.save(args.out, embedding)
+        features = SiameseFeatures.load(args.siamese, device=args.device)
+        features.check_images(inputs, name=f"--input {args.input}")
+    # MLflow's download progress bars would fill stderr, which holds errors only
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    embed = load_embedding(args.model, store=args.store)
+    if features is not None:
+        inputs = features.transform(inputs)
+    embedding = np.asarray(embed(inputs))
+    with atomic_path(args.out) as partial:
+        np.save(partial, embedding)
     _print({"n": int(embedding.shape[0]), "n_components": int(embedding.shape[1]), "out": str(args.out)}, args.json)
     return 0
 
@@ -225,10 +232,13 @@ def cmd_tracking(args: argparse.Namespace) -> int:
 
 def cmd_features(args: argparse.Namespace) -> int:
     from basis.data import load_dataset
-    from basis.features import train_features
+    from basis.features import SiameseFeatures, train_features
 
     options = _options(args.set, ["out_dim", "margin", "n_steps", "pairs_per_step", "lr"], "features")
-    check_writable(args.out, folder=False)
+    SiameseFeatures(**options).check_params()
+    check_output(args.out, folder=False)
+    if args.checkpoint:
+        check_output(args.checkpoint, folder=False, name="--checkpoint")
     data = load_dataset(args.dataset, seed=args.data_seed, root=args.data_root)
     if not data.is_image:
         raise InputError(
@@ -286,7 +296,7 @@ def cmd_study(args: argparse.Namespace) -> int:
     options = _options(args.set, study_parameters(args.name), f"study {args.name!r}")
     for key, value in options.items():
         check_value(key, value, study_annotations(args.name)[key])
-    check_writable(args.out, folder=True)
+    check_output(args.out, folder=True)
     resolve_device(args.device)
     from basis.studies import save_study, study_function
 
@@ -325,6 +335,11 @@ def cmd_figure(args: argparse.Namespace) -> int:
     missing = [folder for folder in args.input if not (Path(folder) / "arrays.npz").is_file()]
     if missing:
         raise InputError(f"no arrays.npz in {missing}; run the study {study!r} first")
+    check_output(args.out, folder=False)
+    from basis.figures import check_study
+
+    for folder in args.input:
+        check_study(folder)
     from basis.studies import study_function
 
     out = Path(args.out)
@@ -464,7 +479,7 @@ def build_parser() -> argparse.ArgumentParser:
             "--tag", action="append", default=[], metavar="KEY=VALUE", help="extra run tag (with --track)"
         )
         command.add_argument("--parent", help="name of the run this one is grouped under, e.g. a sweep (with --track)")
-    for command in (run, features, study, figure, tracking):
+    for command in (run, features, study, figure, tracking, embed):
         command.add_argument(
             "--store", default="results/mlflow", help="folder of the SQLite store (unless MLFLOW_TRACKING_URI is set)"
         )
@@ -488,12 +503,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def check_common(args: argparse.Namespace) -> None:
+    """The inputs every command shares, checked before it starts: the seed, and the MLflow
+    store of a command that logs to it (``--track``) or reads from it (``embed`` of a
+    ``runs:/`` model)."""
+    check_seed(args.seed)
+    check_seed(args.data_seed, "--data-seed")
+    if getattr(args, "track", None):
+        check_store(args.store, creates=True)
+    if args.command == "embed" and not Path(args.model).suffix == ".pt" and ":" in str(args.model):
+        check_store(args.store, creates=False)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
+        check_common(args)
         args.threads = limit_threads(args.threads)
         return args.func(args)
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except Exception:
+        import traceback
+
+        traceback.print_exc()
+        print(
+            "error: the traceback above is a bug in basis, not a problem with your input; please report it",
+            file=sys.stderr,
+        )
+        return 1

@@ -325,6 +325,11 @@ def load_inputs(
                     f"features file {features}: X_{split} must be finite and at most {MAX_FEATURE_MAGNITUDE:g} in"
                     f" magnitude (larger values overflow the graph's distances); largest {np.abs(X).max():g}"
                 )
+        if data["X_train"].shape[1] != data["X_test"].shape[1]:
+            raise InputError(
+                f"features file {features}: X_train has {data['X_train'].shape[1]} features and X_test"
+                f" {data['X_test'].shape[1]}; both splits must come from one feature network"
+            )
         return Dataset(dataset, data["X_train"], data["y_train"], data["X_test"], data["y_test"])
     data = load_dataset(dataset, seed=seed, root=root)
     X_train, X_test = data.flat()

@@ -36,6 +36,18 @@ class RunResult:
     params: dict[str, Any] = field(default_factory=dict)
 
 
+def _estimator(method: str, data: Dataset, settings: dict[str, Any], **run: Any) -> SpectralEstimator:
+    params = {k: v for k, v in settings.items() if k not in ("eval", "n_components")}
+    return make_estimator(method, n_components=settings["n_components"] or data.n_classes, **params, **run)
+
+
+def check_method(method: str, data: Dataset, settings: dict[str, Any]) -> None:
+    """What ``method``'s ``settings`` must satisfy on ``data`` (batch size against the
+    training set, anchors against the classes, ...): an InputError before any training,
+    so that a tracked job refuses before its MLflow run opens."""
+    _estimator(method, data, settings).check_input(data.X_train, data.y_train)
+
+
 def run_method(
     method: str,
     data: Dataset,
@@ -44,16 +56,18 @@ def run_method(
     device: str = "auto",
     settings: dict[str, Any] | None = None,
     callback=None,
-    reference: str | Path | None = None,
+    reference: str | Path | np.ndarray | None = None,
 ) -> RunResult:
     """Fit ``method`` on ``data``'s training split and evaluate on its test split,
-    against a stored ``reference`` (from :func:`save_reference`) or one computed here."""
+    against a stored ``reference`` (a file from :func:`save_reference`, or its embedding
+    as loaded by :func:`load_reference`) or one computed here."""
     settings = settings or resolve_settings(method)
     n_components = settings["n_components"] or data.n_classes
     # A stored reference is checked before training, not after.
-    stored = None if reference is None else load_reference(reference, settings, n_components, data.X_test)
-    params = {k: v for k, v in settings.items() if k not in ("eval", "n_components")}
-    estimator = make_estimator(method, n_components=n_components, seed=seed, device=device, callback=callback, **params)
+    stored = reference
+    if isinstance(reference, (str, Path)):
+        stored = load_reference(reference, settings, n_components, data.X_test)
+    estimator = _estimator(method, data, settings, seed=seed, device=device, callback=callback)
     start = time.perf_counter()
     estimator.fit(data.X_train, data.y_train)
     if isinstance(estimator, SpecNet2):
@@ -102,6 +116,5 @@ def run_method(
     if errors:  # how well the batches were aligned (see BASiS.align)
         result["alignment_error_median"], result["alignment_error_max"] = float(np.median(errors)), max(errors)
     result["train_seconds"] = train_seconds
-    return RunResult(
-        result, estimator, train_embedding, test_embedding, reference_embedding, params | {"n_components": n_components}
-    )
+    params = {k: v for k, v in settings.items() if k != "eval"} | {"n_components": n_components}
+    return RunResult(result, estimator, train_embedding, test_embedding, reference_embedding, params)

@@ -17,6 +17,7 @@ from tqdm.auto import tqdm
 
 from basis.device import resolve_device
 from basis.errors import InputError
+from basis.inputs import load_checkpoint
 from basis.models import SiameseCNN
 from basis.outputs import atomic_path
 
@@ -75,15 +76,20 @@ class SiameseFeatures:
         self.out_dim, self.margin, self.n_steps, self.pairs_per_step = out_dim, margin, n_steps, pairs_per_step
         self.lr, self.device, self.seed, self.progress = lr, device, seed, progress
 
-    def start(self, images: np.ndarray, labels: np.ndarray) -> "SiameseFeatures":
-        """Build the network and optimiser without training; :meth:`step` then trains
-        one step at a time (Algorithm 2 interleaves these steps with spectral ones)."""
+    def check_params(self) -> "SiameseFeatures":
+        """An InputError for a parameter out of its range (before any data is read)."""
         for name in ("out_dim", "n_steps", "pairs_per_step"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InputError(f"{name} must be a positive integer, got {value!r}")
         if not self.lr > 0 or not self.margin > 0:
             raise InputError(f"lr and margin must be positive, got {self.lr!r} and {self.margin!r}")
+        return self
+
+    def start(self, images: np.ndarray, labels: np.ndarray) -> "SiameseFeatures":
+        """Build the network and optimiser without training; :meth:`step` then trains
+        one step at a time (Algorithm 2 interleaves these steps with spectral ones)."""
+        self.check_params()
         images = np.asarray(images, dtype=np.float32)
         if images.ndim != 4 or not np.isfinite(images).all():
             raise InputError(f"images must be a finite (n, c, h, w) array, got shape {images.shape}")
@@ -145,14 +151,23 @@ class SiameseFeatures:
 
     @classmethod
     def load(cls, path: str | Path, device: str = "auto") -> "SiameseFeatures":
-        state = torch.load(Path(path), map_location="cpu", weights_only=True)
-        features = cls(out_dim=int(state["out_dim"]), device=device)
+        state = load_checkpoint(path, "Siamese network")
+        try:
+            features = cls(out_dim=int(state["out_dim"]), device=device)
+            features.in_shape_ = tuple(int(size) for size in state["in_shape"])
+            features.model_ = SiameseCNN(features.in_shape_, features.out_dim)
+            features.model_.load_state_dict(state["state_dict"])
+        except (KeyError, TypeError, ValueError, RuntimeError) as err:
+            raise InputError(f"Siamese network {path} is not a checkpoint of basis features ({err!r})") from None
         features.device_ = resolve_device(device)
-        features.in_shape_ = tuple(state["in_shape"])
-        features.model_ = SiameseCNN(features.in_shape_, features.out_dim)
-        features.model_.load_state_dict(state["state_dict"])
         features.model_.to(features.device_).eval()
         return features
+
+    def check_images(self, images: np.ndarray, name: str = "images") -> None:
+        """Refuse images of another shape than the network was trained on."""
+        shape = tuple(images.shape[1:])
+        if shape != self.in_shape_:
+            raise InputError(f"{name} holds images of shape {shape}; this Siamese network takes {self.in_shape_}")
 
 
 def knn_accuracy(

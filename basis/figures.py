@@ -6,7 +6,7 @@ drawn from the kNN sweep's summary, is here. Every figure is written as PNG and 
 
 from __future__ import annotations
 
-import json
+import zipfile
 from pathlib import Path
 
 import matplotlib
@@ -16,6 +16,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from basis.errors import InputError  # noqa: E402
+from basis.outputs import read_metrics  # noqa: E402
 from basis.paper import METHOD_LABELS  # noqa: E402
 
 __all__ = ["CLUSTER_COLOURS", "knn_sensitivity", "load_study", "plt", "save_figure"]
@@ -34,11 +36,26 @@ def save_figure(fig, out: str | Path) -> None:
 
 
 def load_study(folder: str | Path) -> tuple[dict[str, float], dict[str, np.ndarray]]:
-    """The ``metrics.json`` and ``arrays.npz`` of one study run."""
+    """The ``metrics.json`` and ``arrays.npz`` of one study run, or an InputError that
+    names the one that is missing or corrupt and how to redo it."""
     folder = Path(folder)
-    with np.load(folder / "arrays.npz", allow_pickle=False) as stored:
-        arrays = {k: stored[k] for k in stored.files}
-    return json.loads((folder / "metrics.json").read_text()), arrays
+    try:
+        stored = np.load(folder / "arrays.npz", allow_pickle=False)
+        if not isinstance(stored, np.lib.npyio.NpzFile):
+            raise ValueError("a single .npy array")
+        with stored:
+            arrays = {k: stored[k] for k in stored.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+        raise InputError(
+            f"study folder {folder}: arrays.npz is missing, truncated or not an .npz ({err});"
+            " rerun the study that writes it"
+        ) from None
+    return read_metrics(folder / "metrics.json"), arrays
+
+
+def check_study(folder: str | Path) -> None:
+    """A study folder a figure can be drawn from (read whole once, before drawing)."""
+    load_study(folder)
 
 
 def knn_sensitivity(summary: pd.DataFrame, out: str | Path) -> None:

@@ -53,7 +53,16 @@ def save_reference(path: str | Path, data: Dataset, settings: dict[str, Any], de
 def load_reference(path: str | Path, settings: dict[str, Any], n_components: int, X_test: np.ndarray) -> np.ndarray:
     """A stored reference, refused when it was computed with other settings or on other points."""
     stored = load_npz(path, ("embedding", "settings"), "reference")
-    U, meta = stored["embedding"], json.loads(str(stored["settings"]))
+    try:
+        U, meta = stored["embedding"], json.loads(str(stored["settings"]))
+    except json.JSONDecodeError as err:
+        raise InputError(
+            f"reference {path}: its settings are not JSON ({err}); recompute it with basis reference"
+        ) from None
+    if U.ndim != 2 or len(U) != len(X_test) or U.shape[1] != n_components:
+        raise InputError(
+            f"reference {path} holds an embedding of shape {U.shape}; this run needs ({len(X_test)}, {n_components})"
+        )
     expected = {
         **json.loads(json.dumps(reference_settings(settings, n_components))),
         "test_inputs": fingerprint(X_test),

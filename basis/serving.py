@@ -8,6 +8,7 @@ points, or the 16-d Siamese features of an image set; the model's description sa
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import mlflow.pyfunc
@@ -17,17 +18,21 @@ from basis.errors import InputError
 
 PACKAGE = Path(__file__).resolve().parent
 
+# MLflow warns, when the class is defined, that predict has no type hints; they are left
+# out on purpose (MLflow would read them as a schema), so the warning says nothing here.
+# (Recorded and dropped: MLflow resets the filters inside, so a filter would not hold.)
+with warnings.catch_warnings(record=True):
 
-class EmbeddingModel(mlflow.pyfunc.PythonModel):
-    """``predict(X)`` = the estimator's ``transform(X)``, on the CPU."""
+    class EmbeddingModel(mlflow.pyfunc.PythonModel):
+        """``predict(X)`` = the estimator's ``transform(X)``, on the CPU."""
 
-    def load_context(self, context) -> None:
-        from basis.estimators import SpectralEstimator
+        def load_context(self, context) -> None:
+            from basis.estimators import SpectralEstimator
 
-        self.estimator = SpectralEstimator.load(context.artifacts["estimator"], device="cpu")
+            self.estimator = SpectralEstimator.load(context.artifacts["estimator"], device="cpu")
 
-    def predict(self, context, model_input, params=None):  # untyped: MLflow reads hints as a schema
-        return self.estimator.transform(np.asarray(model_input, dtype=np.float32))
+        def predict(self, context, model_input, params=None):  # untyped: MLflow reads hints as a schema
+            return self.estimator.transform(np.asarray(model_input, dtype=np.float32))
 
 
 def pip_requirements() -> list[str]:
@@ -58,17 +63,23 @@ def log_embedding_model(checkpoint: str | Path, input_example: np.ndarray, descr
     )
 
 
-def load_embedding(model: str | Path):
-    """A callable X -> embedding from a checkpoint file (``model.pt``) or an MLflow model URI."""
+def load_embedding(model: str | Path, store: str | Path | None = None):
+    """A callable X -> embedding from a checkpoint file (``model.pt``) or an MLflow model URI
+    (``runs:/<id>/model``, ...), looked up in the store of :func:`basis.tracking.tracking_uri`
+    (``MLFLOW_TRACKING_URI``, else the SQLite store in ``store``, never one made in the
+    current folder)."""
     if Path(model).suffix == ".pt" or Path(model).is_file():
         from basis.estimators import SpectralEstimator
 
-        if not Path(model).is_file():
-            raise InputError(f"model checkpoint {model} does not exist")
         return SpectralEstimator.load(model, device="cpu").transform
     from mlflow.exceptions import MlflowException
 
+    from basis.tracking import DEFAULT_STORE, scoped_tracking_uri, tracking_uri
+
     try:
-        return mlflow.pyfunc.load_model(str(model)).predict
+        with scoped_tracking_uri(tracking_uri(store or DEFAULT_STORE)):
+            loaded = mlflow.pyfunc.load_model(str(model))
     except (MlflowException, OSError) as err:
-        raise InputError(f"no MLflow model at {model}: {err}") from None
+        first_line = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise InputError(f"--model {model}: no MLflow model there ({first_line})") from None
+    return loaded.predict

@@ -113,6 +113,90 @@ PROTOCOL: dict[str, Any] = {
 TOY_OVERRIDES: dict[str, Any] = {"graph": {"n_neighbors": 15, "scale": "global"}, "lr": 1e-3}
 
 
+def _at_least(low: float) -> tuple:
+    return (lambda value: value >= low), f">= {low:g}"
+
+
+def _within(low: float, high: float, *, closed_low: bool) -> tuple:
+    bracket = "[" if closed_low else "("
+    test = (lambda v: low <= v < high) if closed_low else (lambda v: low < v < high)
+    return test, f"in {bracket}{low:g}, {high:g})"
+
+
+_POSITIVE = ((lambda value: value > 0), "> 0")
+
+#: The ranges of numeric settings, wherever they are set (the command line, a config's
+#: ``protocol`` and ``methods`` sections, an estimator's parameters): checked by
+#: :func:`check_ranges` at parse time, before any data is read. Ranges that depend on the
+#: data (batch size against the training set, anchors against a class) are checked by
+#: the estimator's ``check_input`` before training.
+RANGES: dict[str, tuple] = {
+    "n_iter": _at_least(1),
+    "batch_size": _at_least(2),
+    "n_components": _at_least(1),
+    "lr": _POSITIVE,
+    "diffusion_time": _POSITIVE,
+    "eval.kmeans_n_init": _at_least(1),
+    "eval.probe_C": _POSITIVE,
+    "eval.probe_max_iter": _at_least(1),
+    "eval.authors_probe_epochs": _at_least(1),
+    "eval.authors_probe_lr": _POSITIVE,
+    "eval.authors_probe_batch_size": _at_least(1),
+    # BASiS
+    "anchors_per_class": _at_least(1),
+    "n_anchors": _at_least(1),
+    "anchor_outliers": _within(0, 1, closed_low=True),
+    "ransac_iter": _at_least(1),
+    "ransac_max_iter": _at_least(1),
+    "ransac_confidence": _within(0, 1, closed_low=False),
+    "ransac_sample_size": _at_least(1),
+    "ransac_tolerance": _POSITIVE,
+    "average_tail": _within(0, 1, closed_low=True),
+}
+
+
+def check_ranges(settings: dict[str, Any]) -> None:
+    """An InputError naming the first setting outside its range (:data:`RANGES`); nested
+    ``eval`` keys are looked up as ``eval.<key>``. Values that are None (a default to be
+    resolved later) pass."""
+    flat = {**settings, **{f"eval.{k}": v for k, v in (settings.get("eval") or {}).items()}}
+    for key, (test, expected) in RANGES.items():
+        value = flat.get(key)
+        if value is not None and not isinstance(value, bool) and not test(value):
+            raise InputError(f"{key}={value!r} is out of range: expected {expected}")
+    if flat.get("ransac_iter", 1) > flat.get("ransac_max_iter", float("inf")):
+        raise InputError(
+            f"ransac_iter={flat['ransac_iter']} exceeds ransac_max_iter={flat['ransac_max_iter']}:"
+            " the first round cannot be larger than the cap"
+        )
+
+
+def check_yaml_file(path: str | Any) -> None:
+    """Refuse a YAML file in which a mapping states one key twice (YAML loaders keep the
+    last silently): an InputError naming the key and both lines."""
+    import yaml
+
+    class StrictLoader(yaml.SafeLoader):
+        pass
+
+    def construct_mapping(loader: StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = loader.construct_object(key_node, deep=deep)
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise InputError(f"{path}: key {key!r} is given twice, on lines {seen[key]} and {line}")
+            seen[key] = line
+        return loader.construct_mapping(node, deep=deep)
+
+    StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
+    try:
+        with open(path) as handle:
+            yaml.load(handle, Loader=StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+    except yaml.YAMLError as err:
+        raise InputError(f"{path} is not valid YAML ({err})") from None
+
+
 def parse_assignment(text: str) -> tuple[list[str], Any]:
     """``"graph.n_neighbors=20"`` -> (["graph", "n_neighbors"], 20); values are YAML."""
     import yaml
@@ -183,6 +267,7 @@ def resolve_settings(
             )
             raise InputError(f"unknown key {dotted!r} for method {method!r}; valid: {valid}")
     GraphConfig.from_dict(settings["graph"])  # fail early on bad graph values
+    check_ranges(settings)
     return settings
 
 

@@ -181,12 +181,12 @@ class TrackedRun:
 
         from basis.serving import log_embedding_model
 
-        with _fluent_tracking_uri(self.client.tracking_uri), mlflow.start_run(run_id=self.run_id):
+        with scoped_tracking_uri(self.client.tracking_uri), mlflow.start_run(run_id=self.run_id):
             log_embedding_model(checkpoint, input_example, description)
 
 
 @contextmanager
-def _fluent_tracking_uri(uri: str) -> Iterator[None]:
+def scoped_tracking_uri(uri: str) -> Iterator[None]:
     """MLflow's fluent API (model logging needs it) pointed at ``uri`` for a block only:
     ``mlflow.set_tracking_uri`` also sets MLFLOW_TRACKING_URI, which would send every later
     run of this process to the same store."""

@@ -87,7 +87,7 @@ def test_save_and_load_roundtrip(tmp_path, moons, fitted):
 def test_loading_a_non_checkpoint_is_a_clear_error(tmp_path):
     bad = tmp_path / "bad.pt"
     torch.save({"something": torch.zeros(2)}, bad)
-    with pytest.raises(ValueError, match="not a valid basis checkpoint"):
+    with pytest.raises(ValueError, match="is not a checkpoint of a basis estimator"):
         SpectralEstimator.load(bad)
 
 
@@ -192,5 +192,5 @@ def test_anchor_outliers_put_another_class_in_the_chosen_anchor_slots(moons):
     assert len(set(batch.tolist())) == len(batch)  # no node twice in a batch
     # the reference batch is clean: the alignment's target stays the true anchors
     assert torch.equal(model.reference_indices_[: len(anchors)], anchors)
-    with pytest.raises(ValueError, match="anchor_outliers must be in"):
+    with pytest.raises(ValueError, match=r"anchor_outliers=1.0 is out of range: expected in \[0, 1\)"):
         BASiS(2, anchor_outliers=1.0, batch_size=200, device="cpu").fit(X_train, y_train)

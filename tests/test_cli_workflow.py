@@ -44,7 +44,8 @@ def test_run_prints_the_documented_json(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
-    scores = {"d_G", "d_G_code", "d_perp", "d_perp_code", "nmi", "nmi_code", "acc", "accuracy", "accuracy_authors"}
+    scores = {"d_G", "d_G_code", "d_G_colnorm", "d_perp", "d_perp_code", "d_perp_colnorm", "nmi", "nmi_code", "acc"}
+    scores |= {"accuracy", "accuracy_authors", "alignment_error_median", "alignment_error_max"}
     assert set(result) == scores | {"train_seconds", "device"}
     assert 0 <= result["d_G"] <= 4 and result["device"] == "cpu"
     # metrics.json holds the scores only: the same seed writes the same file
@@ -243,6 +244,37 @@ def test_a_config_missing_a_section_is_refused_naming_it(workdir, section):
         assert "experiments has no section for the studies ['bunny']" in done.stderr + done.stdout
     else:
         assert f"'{section.split('.')[-1]}' is a required property" in done.stderr + done.stdout
+    assert not (workdir / "results").exists()
+
+
+def test_a_config_key_given_twice_is_refused_naming_it_and_its_lines(workdir):
+    path = Path(_write_config(workdir, lambda config: None))
+    text = path.read_text()
+    path.write_text(text + "seeds: 3\n")  # a second seeds: the YAML loader would keep this one
+    done = _snakemake(workdir, "-n", "--configfile", str(path))
+    assert done.returncode != 0
+    first = next(i for i, line in enumerate(text.splitlines(), 1) if line.startswith("seeds:"))
+    assert f"key 'seeds' is given twice, on lines {first} and {len(text.splitlines()) + 1}" in done.stderr + done.stdout
+    assert not (workdir / "results").exists()
+
+
+@pytest.mark.parametrize(
+    "section, key, value, message",
+    [
+        ("methods.basis", "n_iter", -5, "n_iter=-5 is out of range: expected >= 1"),
+        ("protocol", "lr", 0.0, "lr=0.0 is out of range: expected > 0"),
+        ("methods.basis", "ransac_confidence", 1.5, "ransac_confidence=1.5 is out of range"),
+    ],
+)
+def test_a_config_setting_out_of_range_is_refused_by_a_dry_run(workdir, section, key, value, message):
+    def bad(config):
+        holder = config
+        for part in section.split("."):
+            holder = holder.setdefault(part, {})
+        holder[key] = value
+
+    done = _snakemake(workdir, "-n", "--configfile", _write_config(workdir, bad))
+    assert done.returncode != 0 and message in done.stderr + done.stdout
     assert not (workdir / "results").exists()
 
 

@@ -186,3 +186,260 @@ def test_two_tracked_runs_started_at_once_into_a_new_store_both_finish(tmp_path)
     assert sorted(r.data.tags["seed"] for r in runs) == ["0", "1"]
     assert all(r.info.status == "FINISHED" and "superseded" not in r.data.tags for r in runs)
     assert all([i.dataset.name for i in r.inputs.dataset_inputs] == ["two_moons"] for r in runs)
+
+
+# -- the input boundary: every loader against a family of malformed files ---------------
+#: A BASiS that fits 60 points in a moment.
+SMALL_BASIS = {
+    "n_components": 2,
+    "batch_size": 40,
+    "n_iter": 2,
+    "anchors": "random",
+    "n_anchors": 10,
+    "ransac_sample_size": 5,
+    "graph": {"n_neighbors": 10},
+}
+
+
+def _unwritable(tmp_path):
+    """A place where nothing can be created, for root too (permission bits do not stop
+    root; sysfs refuses new entries to everyone)."""
+    import os
+
+    if os.geteuid() == 0:
+        return Path("/sys/basis-cannot-write-here")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    return locked / "inside"
+
+
+def _malformed(folder, kind, valid):
+    """A file of one malformed ``kind`` in ``folder``, made from the ``valid`` file where
+    the kind needs one (truncated)."""
+    path = folder / f"{kind}.bin"
+    if kind == "empty":
+        path.write_bytes(b"")
+    elif kind == "truncated":
+        path.write_bytes(valid.read_bytes()[: len(valid.read_bytes()) // 2])
+    elif kind == "text":
+        path.write_text("a,b,c\n1,2,3\n")
+    elif kind == "wrong_rank":
+        np.save(path.with_suffix(".npy"), np.zeros(16, dtype=np.float32))
+        path = path.with_suffix(".npy")
+    elif kind == "strings":
+        np.save(path.with_suffix(".npy"), np.array([["a", "b"], ["c", "d"]]))
+        path = path.with_suffix(".npy")
+    elif kind == "npz_not_npy":
+        np.savez(path.with_suffix(".npz"), X=np.zeros((3, 2)))
+        path = path.with_suffix(".npz")
+    elif kind == "npy_not_npz":
+        np.save(path.with_suffix(".npy"), np.zeros((3, 2)))
+        path = path.with_suffix(".npy")
+    elif kind == "pickle":
+        import pickle
+
+        path.write_bytes(pickle.dumps({"state_dict": object()}))
+    return path
+
+
+@pytest.fixture(scope="module")
+def valid(tmp_path_factory):
+    """One valid input of each kind: points, a checkpoint, features, a Siamese network,
+    a study folder, a store."""
+    import torch
+
+    from basis.estimators import make_estimator
+    from basis.features import SiameseFeatures
+
+    folder = tmp_path_factory.mktemp("valid")
+    rng = np.random.default_rng(0)
+    points = rng.normal(size=(60, 2)).astype(np.float32)
+    np.save(folder / "points.npy", points)
+    make_estimator("basis", **SMALL_BASIS).fit(points).save(folder / "model.pt")
+    siamese = SiameseFeatures(4, n_steps=1, pairs_per_step=4, device="cpu").fit(
+        rng.normal(size=(20, 1, 28, 28)).astype(np.float32), np.arange(20) % 2
+    )
+    siamese.save(folder / "siamese.pt")
+    np.save(folder / "images.npy", rng.normal(size=(3, 1, 28, 28)).astype(np.float32))
+    np.savez(
+        folder / "features.npz",
+        X_train=rng.normal(size=(300, 16)).astype(np.float32),
+        y_train=np.arange(300) % 10,
+        X_test=rng.normal(size=(100, 16)).astype(np.float32),
+        y_test=np.arange(100) % 10,
+        dataset="digits",
+        data_seed=0,
+    )
+    study = folder / "study"
+    study.mkdir()
+    np.savez(study / "arrays.npz", X=np.zeros((3, 2)))
+    (study / "metrics.json").write_text("{}")
+    del torch
+    return folder
+
+
+MALFORMED = ("empty", "truncated", "text", "wrong_rank", "strings", "npz_not_npy", "npy_not_npz", "pickle")
+# Each loader, the file it reads ("{bad}" is replaced by a malformed file), and the valid
+# file a truncated one is cut from.
+LOADERS = {
+    "embed --input": (["embed", "--model", "{v}/model.pt", "--input", "{bad}", "--out", "{o}/y.npy"], "points.npy"),
+    "embed --model": (["embed", "--model", "{bad}", "--input", "{v}/points.npy", "--out", "{o}/y.npy"], "model.pt"),
+    "embed --siamese": (
+        ["embed", "--model", "{v}/model.pt", "--siamese", "{bad}", "--input", "{v}/images.npy", "--out", "{o}/y.npy"],
+        "siamese.pt",
+    ),
+    "run --features": ([*RUN, "--features", "{bad}", "--out", "{o}/run"], "features.npz"),
+    "run --reference": (
+        [*RUN, "--features", "{v}/features.npz", "--reference", "{bad}", "--out", "{o}/run"],
+        "features.npz",
+    ),
+}
+
+
+# (a .npy of points is what embed --input takes: not malformed there)
+CASES_BY_LOADER = [
+    (loader, kind)
+    for loader in sorted(LOADERS)
+    for kind in MALFORMED
+    if (loader, kind) != ("embed --input", "npy_not_npz")
+]
+
+
+@pytest.mark.parametrize("loader, kind", CASES_BY_LOADER)
+def test_every_loader_refuses_every_malformed_file_in_one_line(valid, tmp_path, capsys, monkeypatch, loader, kind):
+    """Exit 2, one line on stderr that names the file, no traceback, nothing written (in
+    the output folder or as a store in the current one)."""
+    monkeypatch.chdir(tmp_path)
+    args, source = LOADERS[loader]
+    bad = _malformed(tmp_path, kind, valid / source)
+    out = tmp_path / "out"
+    out.mkdir()
+    code = main([item.format(v=valid, bad=bad, o=out) for item in args])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and str(bad) in lines[0], err
+    assert list(out.iterdir()) == [] and not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlruns").exists()
+
+
+@pytest.mark.parametrize("kind", ["empty", "truncated", "text", "npy_not_npz"])
+def test_a_figure_refuses_a_malformed_study_folder(valid, tmp_path, capsys, kind):
+    study = tmp_path / "study"
+    study.mkdir()
+    (study / "metrics.json").write_text("{}")
+    _malformed(study, kind, valid / "study" / "arrays.npz").rename(study / "arrays.npz")
+    code = main(["figure", "fig2_illustration", "--input", str(study), "--out", str(tmp_path / "fig.png")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "arrays.npz" in err, err
+    assert not (tmp_path / "fig.png").exists()
+
+
+@pytest.mark.parametrize("seed", ["-1", str(10**23), "4294967295"])
+@pytest.mark.parametrize("command", [RUN, ["study", "illustration", "--out", "{o}/s"]])
+def test_a_seed_out_of_range_is_refused_before_compute(tmp_path, capsys, command, seed):
+    code = main([item.format(o=tmp_path) for item in command] + ["--seed", seed])
+    assert code == 2 and f"--seed {int(seed)} is not a valid seed" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [*RUN, "--set", "n_iter=2", "--out", "{u}"],
+        ["study", "illustration", "--out", "{u}"],
+        ["features", "--dataset", "digits", "--out", "{u}/f.npz"],
+        ["embed", "--model", "{v}/model.pt", "--input", "{v}/points.npy", "--out", "{u}/y.npy"],
+        ["figure", "fig2_illustration", "--input", "{v}/study", "--out", "{u}/fig.png"],
+        [*RUN, "--set", "n_iter=2", "--track", "exp", "--store", "{u}"],
+    ],
+    ids=["run", "study", "features", "embed", "figure", "store"],
+)
+def test_an_output_that_cannot_be_written_is_refused_before_compute(valid, tmp_path, capsys, args):
+    unwritable = _unwritable(tmp_path)
+    code = main([item.format(u=unwritable, v=valid) for item in args])
+    err = capsys.readouterr().err
+    assert code == 2 and "cannot be written" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_stores_that_cannot_be_used_are_named_as_such(files, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    tracked = [*RUN, "--set", "n_iter=2", "--track", "exp", "--store"]
+    assert main([*tracked, str(files / "a_file")]) == 2
+    assert "--store" in (err := capsys.readouterr().err) and "is a file" in err
+    not_a_database = tmp_path / "store"
+    not_a_database.mkdir()
+    (not_a_database / "mlflow.db").write_text("these are notes, not a database\n" * 10)
+    assert main([*tracked, str(not_a_database)]) == 2
+    assert "is not an SQLite database" in capsys.readouterr().err
+    assert (not_a_database / "mlflow.db").read_text().startswith("these are notes")  # left as it was
+    # reading runs from a store that holds none names it, and makes no store anywhere
+    monkeypatch.chdir(tmp_path)
+    embed = ["embed", "--model", "runs:/0123/model", "--input", str(files / "features.npy"), "--out", "y.npy"]
+    assert main([*embed, "--store", str(tmp_path / "empty")]) == 2
+    assert "holds no mlflow.db" in capsys.readouterr().err
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "empty").exists()
+
+
+def test_a_refused_tracked_job_opens_no_run_and_no_parent(files, tmp_path, capsys):
+    store = tmp_path / "store"
+    args = [*RUN, "--track", "exp", "--parent", "digits seeds", "--store", str(store), "--set", "batch_size=100000"]
+    assert main(args) == 2
+    assert "batch_size=100000 exceeds the number of training points" in capsys.readouterr().err
+    assert not store.exists()  # not even an empty database
+
+
+def test_checkpoints_that_hold_code_are_refused_without_running_it(tmp_path, capsys):
+    import torch
+
+    class Payload:
+        def __reduce__(self):
+            return (Path.touch, (tmp_path / "executed",))
+
+    torch.save({"method": Payload()}, tmp_path / "evil.pt")
+    np.save(tmp_path / "X.npy", np.zeros((3, 2), dtype=np.float32))
+    code = main(["embed", "--model", str(tmp_path / "evil.pt"), "--input", str(tmp_path / "X.npy"), "--out", "y.npy"])
+    assert code == 2 and "is not loaded" in capsys.readouterr().err
+    assert not (tmp_path / "executed").exists()
+
+
+def test_a_bug_shows_its_traceback_with_a_line_that_says_so(monkeypatch, capsys):
+    import basis.cli
+
+    def broken(args):
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(basis.cli, "check_common", broken)
+    assert main(["embed", "--model", "m.pt", "--input", "x.npy", "--out", "y.npy"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "ZeroDivisionError" in err and "is a bug in basis" in err.splitlines()[-1]
+
+
+def test_the_readmes_embed_of_a_logged_model_works_as_written(tmp_path):
+    """`python -m basis embed --model runs:/<run id>/model --input X.npy --out Y.npy`, run
+    where `make quick` leaves its store (results/mlflow), without MLFLOW_TRACKING_URI: it
+    finds the run there, prints nothing on stderr, and makes no store in the folder."""
+    from basis import tracking
+    from basis.estimators import make_estimator
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(60, 2)).astype(np.float32)
+    estimator = make_estimator("basis", **SMALL_BASIS)
+    estimator.fit(X).save(tmp_path / "model.pt")
+    with tracking.tracked_run("exp", "demo", {}, store=tmp_path / "results/mlflow") as run:
+        run.log_embedding_model(tmp_path / "model.pt", X[:5], description="raw points")
+        run_id = run.run_id
+    np.save(tmp_path / "X.npy", X)
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
+    command = f"python -m basis embed --model runs:/{run_id}/model --input X.npy --out Y.npy"
+    done = subprocess.run(
+        [sys.executable, *command.split()[1:]],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=HANG_GUARD_S,
+    )
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "Y.npy"), estimator.transform(X))
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlruns").exists()

@@ -107,7 +107,7 @@ def test_weight_averaging_ends_on_the_mean_of_the_last_iterates(moons):
         ({"alignment_map": "projective"}, "alignment_map must be one of"),
         ({"reference": "median"}, "reference must be 'first_batch' or 'mean'"),
         ({"reference": "mean", "alignment": "none"}, "needs an alignment other than 'none'"),
-        ({"average_tail": 1.0}, "average_tail must be in"),
+        ({"average_tail": 1.0}, r"average_tail=1.0 is out of range: expected in \[0, 1\)"),
     ],
 )
 def test_bad_variant_options_are_named(moons, options, match):

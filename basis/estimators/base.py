@@ -32,8 +32,10 @@ from threadpoolctl import threadpool_limits
 from basis.device import resolve_device
 from basis.errors import InputError
 from basis.graph import GraphConfig, dense_affinity
+from basis.inputs import load_checkpoint
 from basis.models import HIDDEN_WIDTHS, SpectralMLP
 from basis.outputs import atomic_path
+from basis.settings import check_ranges
 from basis.spectral import OPERATORS, connected_components, spectral_embedding
 
 StepCallback = Callable[[int, dict[str, float]], None]
@@ -245,10 +247,9 @@ class SpectralEstimator(TransformerMixin, BaseEstimator):
             raise InputError(f"operator must be one of {list(OPERATORS)}, got {self.operator!r}")
         for name in ("n_components", "batch_size", "n_iter"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise InputError(f"{name} must be a positive integer, got {value!r}")
-        if not self.lr > 0:
-            raise InputError(f"lr must be positive, got {self.lr!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise InputError(f"{name} must be an integer, got {value!r}")
+        check_ranges(self.get_params(deep=False))
         if self.batch_size > n_samples:
             raise InputError(
                 f"batch_size={self.batch_size} exceeds the number of training points (n_samples={n_samples})"
@@ -288,12 +289,7 @@ class SpectralEstimator(TransformerMixin, BaseEstimator):
         """Everything before the first step: input and parameter checks, network,
         optimiser and the method's set-up (anchors, reference, targets). After it,
         :meth:`step` trains one step at a time and :meth:`finish` ends training."""
-        X = check_features(X)
-        if y is not None:
-            y = np.asarray(y)
-            if y.shape != (X.shape[0],):
-                raise InputError(f"y must have shape ({X.shape[0]},), got {y.shape}")
-        self._validate(X.shape[0])
+        X, y = self.check_input(X, y)
         self.device_ = resolve_device(self.device)
         self.n_features_in_ = X.shape[1]
         self.generator_ = torch.Generator().manual_seed(self.seed)
@@ -306,6 +302,17 @@ class SpectralEstimator(TransformerMixin, BaseEstimator):
         self.loss_curve_: list[float] = []
         self.model_.train()
         return self
+
+    def check_input(self, X: Any, y: Any = None) -> tuple[np.ndarray, np.ndarray | None]:
+        """``X`` and ``y`` as arrays, once the parameters are checked against them (batch
+        size against the training set, ...): an InputError before any training."""
+        X = check_features(X)
+        if y is not None:
+            y = np.asarray(y)
+            if y.shape != (X.shape[0],):
+                raise InputError(f"y must have shape ({X.shape[0]},), got {y.shape}")
+        self._validate(X.shape[0])
+        return X, y
 
     def _training_features(self, indices: torch.Tensor) -> torch.Tensor:
         return self._training_data[indices.to(self._training_data.device)]
@@ -424,8 +431,8 @@ class SpectralEstimator(TransformerMixin, BaseEstimator):
     @staticmethod
     def load(path: str | Path, *, device: str = "auto") -> SpectralEstimator:
         """Rebuild a fitted estimator saved with :meth:`save`."""
+        state = load_checkpoint(path, "model checkpoint")
         try:
-            state = torch.load(Path(path), map_location="cpu", weights_only=True)
             cls = METHODS[state["method"]]
             estimator = cls(**dict(state["params"], device=device))
             estimator._resolve()
@@ -433,9 +440,7 @@ class SpectralEstimator(TransformerMixin, BaseEstimator):
             estimator.n_features_in_ = int(state["n_features_in"])
             estimator.model_ = estimator._build_model(estimator.n_features_in_)
             estimator.model_.load_state_dict(state["state_dict"])
-        except (KeyError, TypeError, RuntimeError, EOFError, OSError) as err:
-            if isinstance(err, FileNotFoundError):
-                raise
-            raise InputError(f"{path} is not a valid basis checkpoint: {err}") from err
+        except (KeyError, TypeError, ValueError, RuntimeError) as err:
+            raise InputError(f"model checkpoint {path} is not a checkpoint of a basis estimator ({err!r})") from None
         estimator.model_.to(estimator.device_).eval()
         return estimator

@@ -143,8 +143,6 @@ class BASiS(SpectralEstimator):
             raise InputError(f"anchors must be 'stratified' or 'random', got {self.anchors!r}")
         if self.alignment not in ("ransac", "lstsq", "none"):
             raise InputError(f"alignment must be one of ['ransac', 'lstsq', 'none'], got {self.alignment!r}")
-        if not 0.0 <= self.anchor_outliers < 1.0:
-            raise InputError(f"anchor_outliers must be in [0, 1), got {self.anchor_outliers!r}")
         if self.alignment_map not in MAPS:
             raise InputError(f"alignment_map must be one of {list(MAPS)}, got {self.alignment_map!r}")
         if self.reference not in ("first_batch", "mean"):
@@ -154,18 +152,47 @@ class BASiS(SpectralEstimator):
                 "reference='mean' averages aligned batches: it needs an alignment other than 'none' and"
                 f" reference_batches >= 2, got alignment={self.alignment!r}, reference_batches={self.reference_batches}"
             )
-        if not 0.0 <= self.average_tail < 1.0:
-            raise InputError(f"average_tail must be in [0, 1), got {self.average_tail!r}")
-        if not 1 <= self.ransac_iter <= self.ransac_max_iter or not 0 < self.ransac_confidence < 1:
-            raise InputError(
-                "RANSAC needs 1 <= ransac_iter <= ransac_max_iter and 0 < ransac_confidence < 1, got"
-                f" ransac_iter={self.ransac_iter}, ransac_max_iter={self.ransac_max_iter},"
-                f" ransac_confidence={self.ransac_confidence}"
-            )
         if self.ransac_tolerance_mode not in TOLERANCE_MODES:
             raise InputError(
                 f"ransac_tolerance_mode must be one of {list(TOLERANCE_MODES)}, got {self.ransac_tolerance_mode!r}"
             )
+
+    def check_input(self, X: Any, y: Any = None) -> tuple[np.ndarray, np.ndarray | None]:
+        """Also the anchors against the data: the classes they are drawn from, and their
+        count against the batch and the map (see :meth:`_check_anchor_count`)."""
+        X, y = super().check_input(X, y)
+        if self.anchor_indices is not None:
+            n_anchors = len(self.anchor_indices)
+        elif self.anchors == "random":
+            n_anchors = self.n_anchors
+        elif y is None:
+            raise InputError("anchors='stratified' needs labels y; pass y to fit or use anchors='random'")
+        else:
+            labels, counts = np.unique(y, return_counts=True)
+            if counts.min() < self.anchors_per_class:
+                raise InputError(
+                    f"class {labels[counts.argmin()]!r} has {counts.min()} points, fewer than"
+                    f" anchors_per_class={self.anchors_per_class}"
+                )
+            n_anchors = self.anchors_per_class * len(labels)
+        self._check_anchor_count(n_anchors)
+        return X, y
+
+    def _check_anchor_count(self, n_anchors: int) -> None:
+        """Enough anchors to fix the map and to sample RANSAC's hypotheses, and room in a batch."""
+        minimal, count = anchors_needed(self.n_components, linear=self.alignment_map == "linear")
+        if self.alignment != "none" and n_anchors < minimal:
+            raise InputError(
+                f"{n_anchors} anchors cannot fix an {self.alignment_map} map in K={self.n_components}:"
+                f" at least {count}={minimal} needed"
+            )
+        if self.alignment == "ransac" and not minimal <= self.ransac_sample_size <= n_anchors:
+            raise InputError(
+                f"ransac_sample_size must be between {count}={minimal} and the number of anchors {n_anchors},"
+                f" got {self.ransac_sample_size}"
+            )
+        if n_anchors >= self.batch_size:
+            raise InputError(f"{n_anchors} anchors leave no room in a batch of {self.batch_size}")
 
     def _choose_anchors(self, n: int, y: np.ndarray | None) -> torch.Tensor:
         if self.anchor_indices is not None:
@@ -176,34 +203,15 @@ class BASiS(SpectralEstimator):
             return idx
         if self.anchors == "random":
             return self._sample(n, self.n_anchors)
-        if y is None:
-            raise InputError("anchors='stratified' needs labels y; pass y to fit or use anchors='random'")
-        chosen = []
+        chosen = []  # y and the class sizes were checked by check_input
         for label in np.unique(y):
             members = torch.from_numpy(np.flatnonzero(y == label))
-            if len(members) < self.anchors_per_class:
-                raise InputError(
-                    f"class {label!r} has {len(members)} points, fewer than anchors_per_class={self.anchors_per_class}"
-                )
             chosen.append(members[torch.randperm(len(members), generator=self.generator_)[: self.anchors_per_class]])
         return torch.cat(chosen)
 
     def _prepare(self, X: torch.Tensor, y: np.ndarray | None) -> None:
-        anchors = self._choose_anchors(X.shape[0], y)
-        n_anchors, dim = len(anchors), self.n_components
-        minimal, count = anchors_needed(dim, linear=self.alignment_map == "linear")
-        if self.alignment != "none" and n_anchors < minimal:
-            raise InputError(
-                f"{n_anchors} anchors cannot fix an {self.alignment_map} map in K={dim}:"
-                f" at least {count}={minimal} needed"
-            )
-        if self.alignment == "ransac" and not minimal <= self.ransac_sample_size <= n_anchors:
-            raise InputError(
-                f"ransac_sample_size must be between {count}={minimal} and the number of anchors {n_anchors},"
-                f" got {self.ransac_sample_size}"
-            )
-        if n_anchors >= self.batch_size:
-            raise InputError(f"{n_anchors} anchors leave no room in a batch of {self.batch_size}")
+        anchors = self._choose_anchors(X.shape[0], y)  # their count was checked by check_input
+        n_anchors = len(anchors)
         self.anchor_indices_ = anchors
         self.class_codes_ = None if y is None else torch.as_tensor(np.unique(y, return_inverse=True)[1])
         self.ransac_generator_ = torch.Generator().manual_seed(self.seed + 1)

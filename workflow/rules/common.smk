@@ -19,9 +19,11 @@ from basis.catalog import (
     study_names,
     study_runs,
 )
-from basis.settings import resolve_settings
+from basis.settings import check_yaml_file, resolve_settings
 from basis.tracking import config_hash, store_identity
 
+for configfile_path in workflow.configfiles:  # a key given twice would silently keep the last
+    check_yaml_file(configfile_path)
 validate(config, schema="../schemas/config.schema.yaml")
 
 STAGES = ("features", "runs", "studies", "sensitivity", "ablation", "paper")
@@ -76,8 +78,15 @@ def check_store():
     if not flag.exists():
         return
     recorded = json.loads(flag.read_text()).get("store")
-    if store_identity() != recorded:
-        state = "is missing" if store_identity() is None else "is not the one the results were logged to"
+    found = store_identity()
+    if found != recorded:
+        database = Path("results/mlflow/mlflow.db")
+        if found is not None:
+            state = "is not the one the results were logged to"
+        elif database.is_file():
+            state = "is not a readable MLflow database (corrupt, or another kind of file)"
+        else:
+            state = "is missing"
         raise WorkflowError(
             f"the MLflow store results/mlflow/mlflow.db {state}, so the runs behind results/ are not in it."
             f" Restore it, or delete {TRACKING_FLAG} to log every tracked job again into a new store"
