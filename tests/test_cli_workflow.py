@@ -262,7 +262,7 @@ def test_a_config_key_given_twice_is_refused_naming_it_and_its_lines(workdir):
     "section, key, value, message",
     [
         ("methods.basis", "n_iter", -5, "n_iter=-5 is out of range: expected >= 1"),
-        ("protocol", "lr", 0.0, "lr=0.0 is out of range: expected > 0"),
+        ("methods.basis", "anchor_outliers", 1.5, "anchor_outliers=1.5 is out of range: expected in [0, 1)"),
         ("methods.basis", "ransac_confidence", 1.5, "ransac_confidence=1.5 is out of range"),
     ],
 )
