@@ -286,8 +286,15 @@ def ransac_affine(
     wrong class misses by about its whole norm). The hypothesis with most inliers (ties:
     smallest inlier error) is refitted on its inliers, and the refit repeated on the new
     inlier set until it stops changing (local optimisation, at most :data:`MAX_REFITS`).
-    When no hypothesis has K+1 inliers, T is fitted on all anchors, and the fallback is
-    logged and flagged.
+    A hypothesis counts only with a consensus of at least its own sample and more anchors
+    than fix the map (K+2 for an affine map): an exact fit through K+1 anchors is
+    supported by them whatever the data. When no hypothesis has that consensus, T is
+    fitted on all anchors (whose least-squares error never exceeds the targets' RMS row
+    norm), and the fallback is logged and flagged; so is a best map whose RMS error over
+    all anchors exceeds the targets' RMS row norm (it explains the anchors worse than
+    mapping them all to zero: e.g. on spirals, whose batch embeddings disagree beyond any
+    affine map, the best consensus of 5 of 6 anchors misses the sixth by several times
+    the norm).
     """
     _check_anchors(source, target, linear)
     n_anchors, dim = source.shape
@@ -319,11 +326,14 @@ def ransac_affine(
         transform, refits = fit(inliers, int(inliers.sum()))[0], 1
         while refits < MAX_REFITS:
             refined = _row_errors(transform, source, target) < threshold
-            if torch.equal(refined, inliers) or int(refined.sum()) < minimal:
+            if torch.equal(refined, inliers) or int(refined.sum()) < consensus:
                 break
             inliers, transform, refits = refined, fit(refined, int(refined.sum()))[0], refits + 1
         return transform, inliers, refits
 
+    # A map is supported only by more anchors than fix it, and at least by its own sample:
+    # K+1 inliers of an exact fit through K+1 anchors are no evidence at all.
+    consensus = min(n_anchors, max(sample_size, minimal + 1))
     # A sample is usable when it fixes as much of the map as all anchors do.
     anchor_rank = int(fit(torch.arange(n_anchors, device=source.device), n_anchors)[1])
     best_score, best = (-1, 0.0), None  # (inlier count, -summed inlier error), refine()'s result
@@ -346,7 +356,7 @@ def ransac_affine(
         full_rank += int((ranks >= anchor_rank).sum())
         if score > best_score:
             best_score = score
-            if score[0] >= minimal:
+            if score[0] >= consensus:
                 best = refine(is_inlier[top])
         # The inlier ratio after local optimisation is the best estimate of the clean share.
         ratio = (int(best[1].sum()) if best else best_score[0]) / n_anchors
@@ -355,11 +365,17 @@ def ransac_affine(
     if best is not None and float(alignment_gain(best[0], source, target)) <= max_gain:
         transform, _, refits = best
         residuals = _row_errors(transform, source, target)
-        return AlignmentResult(transform.to(dtype), residuals < threshold, residuals, False, drawn, rejected, refits)
+        # A map that misses the anchors by more, in RMS, than the zero map would is no
+        # alignment, whatever its consensus (least squares on all anchors never is one).
+        if float(residuals.pow(2).mean().sqrt()) <= float(_rms_row_norm(target)):
+            return AlignmentResult(
+                transform.to(dtype), residuals < threshold, residuals, False, drawn, rejected, refits
+            )
     log.warning(
-        "RANSAC: no hypothesis had %d inliers with a bounded map (best %d of %d at tolerance %g, %d of %d"
-        " hypotheses rejected as blown up); falling back to least squares on all anchors",
-        minimal,
+        "RANSAC: no hypothesis had a consensus of %d inliers with a bounded map that explains the anchors (best"
+        " %d of %d at tolerance %g, %d of %d hypotheses rejected as blown up); falling back to least squares on"
+        " all anchors",
+        consensus,
         best_score[0],
         n_anchors,
         threshold,

@@ -277,3 +277,25 @@ def test_ransac_refits_until_the_inlier_set_is_stable():
     assert torch.allclose(result.transform, refit, atol=1e-12)
     errors = torch.linalg.norm(apply_affine(result.transform, source) - target, dim=1)
     assert torch.equal(result.inliers, errors < 0.3 * target.pow(2).sum(dim=1).mean().sqrt())
+
+
+def test_ransac_never_misses_the_anchors_by_more_than_their_norm(rng):
+    """Inconsistent anchor embeddings (spirals: six anchors, K = 1, no affine map fits):
+    whatever RANSAC's best consensus, the map it returns misses the anchors, in RMS, by
+    no more than the targets' RMS row norm (falling back to least squares otherwise)."""
+    worst = 0.0
+    for draw in range(60):
+        source = torch.as_tensor(rng.normal(scale=0.06, size=(6, 1)))
+        target = torch.as_tensor(rng.normal(scale=0.06, size=(6, 1)))
+        target[:4] = 2.0 * source[:4] + 0.01 * torch.as_tensor(rng.normal(size=(4, 1)))  # 4 agree, 2 do not
+        result = ransac_affine(
+            source,
+            target,
+            sample_size=5,
+            tolerance=0.01,
+            tolerance_mode="absolute",
+            generator=torch.Generator().manual_seed(draw),
+        )
+        error = float(result.residuals.pow(2).mean().sqrt() / target.pow(2).sum(dim=1).mean().sqrt())
+        worst = max(worst, error)
+    assert worst <= 1.0 + 1e-12
