@@ -35,7 +35,6 @@ def _maybe_tracked(args: argparse.Namespace, run_name: str, tags: dict[str, str]
     if not args.track:
         yield None
         return
-    # Checked when the job started (see check_common); here the run opens.
     from basis.settings import parse_assignment
     from basis.tracking import tracked_run
 
@@ -338,7 +337,7 @@ def cmd_figure(args: argparse.Namespace) -> int:
     check_output(args.out, folder=False)
     from basis.figures import check_study
 
-    for folder in args.input:
+    for folder in args.input:  # read whole once before a run opens (the drawing reads them again)
         check_study(folder)
     from basis.studies import study_function
 
@@ -511,8 +510,8 @@ def check_common(args: argparse.Namespace) -> None:
     check_seed(args.data_seed, "--data-seed")
     if getattr(args, "track", None):
         check_store(args.store, creates=True)
-    if args.command == "embed" and not Path(args.model).suffix == ".pt" and ":" in str(args.model):
-        check_store(args.store, creates=False)
+    if args.command == "embed" and Path(args.model).suffix != ".pt" and not Path(args.model).is_file():
+        check_store(args.store, creates=False)  # an MLflow model URI (runs:/..., models:/...)
 
 
 def main(argv: list[str] | None = None) -> int:
