@@ -185,14 +185,15 @@ def _row_errors(transform: torch.Tensor, source: torch.Tensor, target: torch.Ten
     return torch.linalg.norm(apply_affine(transform, source) - target, dim=-1)
 
 
-def _rms_row_norm(rows: torch.Tensor) -> torch.Tensor:
+def rms_row_norm(rows: torch.Tensor) -> torch.Tensor:
+    """sqrt(mean_i ||row_i||^2), in float64: the scale an embedding's anchors have."""
     return rows.double().pow(2).sum(dim=-1).mean(dim=-1).sqrt()
 
 
 def alignment_gain(transform: torch.Tensor, source: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """RMS row norm of the mapped ``source`` over that of ``target``: about 1 for a map
     between two embeddings of one graph, orders of magnitude more for a blown-up fit."""
-    return _rms_row_norm(apply_affine(transform, source)) / _rms_row_norm(target)
+    return rms_row_norm(apply_affine(transform, source)) / rms_row_norm(target)
 
 
 def align_affine(source: torch.Tensor, target: torch.Tensor, *, linear: bool = False) -> AlignmentResult:
@@ -220,7 +221,7 @@ def inlier_threshold(target: torch.Tensor, tolerance: float, mode: str = "relati
         raise InputError(f"tolerance_mode must be one of {list(TOLERANCE_MODES)}, got {mode!r}")
     if mode == "absolute":
         return tolerance
-    return tolerance * float(_rms_row_norm(target))
+    return tolerance * float(rms_row_norm(target))
 
 
 def hypotheses_needed(
@@ -367,7 +368,7 @@ def ransac_affine(
         residuals = _row_errors(transform, source, target)
         # A map that misses the anchors by more, in RMS, than the zero map would is no
         # alignment, whatever its consensus (least squares on all anchors never is one).
-        if float(residuals.pow(2).mean().sqrt()) <= float(_rms_row_norm(target)):
+        if float(residuals.pow(2).mean().sqrt()) <= float(rms_row_norm(target)):
             return AlignmentResult(
                 transform.to(dtype), residuals < threshold, residuals, False, drawn, rejected, refits
             )

@@ -23,7 +23,7 @@ import json
 import numpy as np
 import torch
 
-from basis.alignment import NOISE_RCOND, align_affine, apply_affine, ransac_affine
+from basis.alignment import NOISE_RCOND, align_affine, apply_affine, ransac_affine, rms_row_norm
 from basis.graph import GraphConfig, dense_affinity
 from basis.spectral import spectral_embedding
 
@@ -59,8 +59,7 @@ def sample_ranks(phi: torch.Tensor, n_samples: int, generator: torch.Generator) 
 
 def alignment_error(transform: torch.Tensor, phi: torch.Tensor, reference: torch.Tensor, clean: np.ndarray) -> float:
     """RMS error of the clean anchors over the reference anchors' RMS row norm."""
-    residual = (apply_affine(transform, phi) - reference)[clean]
-    return float(residual.pow(2).sum(dim=1).mean().sqrt() / reference.pow(2).sum(dim=1).mean().sqrt())
+    return float(rms_row_norm((apply_affine(transform, phi) - reference)[clean]) / rms_row_norm(reference))
 
 
 def main() -> None:

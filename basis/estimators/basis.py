@@ -16,6 +16,7 @@ from basis.alignment import (
     anchors_needed,
     apply_affine,
     ransac_affine,
+    rms_row_norm,
 )
 from basis.errors import InputError
 from basis.estimators.base import FeaturesOf, SpectralEstimator, StepTimer, register
@@ -287,14 +288,14 @@ class BASiS(SpectralEstimator):
         result = self._fit(phi_batch[:n_anchors], reference)
         aligned = apply_affine(result.transform, phi_batch)
         clean = torch.ones(n_anchors, dtype=torch.bool) if clean_slots is None else clean_slots
-        reference_rms = reference.double().pow(2).sum(dim=1).mean().sqrt()
-        errors = (aligned[:n_anchors] - reference).double().pow(2).sum(dim=1)
+        reference_rms = rms_row_norm(reference)
+        misses = aligned[:n_anchors] - reference
         # One transfer for the three diagnostics that live on the device.
         inlier_fraction, norm_ratio, error = torch.stack(
             [
                 result.inliers.double().mean(),
-                aligned.double().pow(2).sum(dim=1).mean().sqrt() / reference_rms,
-                errors[clean.to(errors.device)].mean().sqrt() / reference_rms,
+                rms_row_norm(aligned) / reference_rms,
+                rms_row_norm(misses[clean.to(misses.device)]) / reference_rms,
             ]
         ).tolist()
         self.alignment_errors_.append(error)
