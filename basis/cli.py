@@ -19,6 +19,7 @@ from basis.errors import InputError
 from basis.inputs import check_output, check_seed, check_store
 from basis.outputs import atomic_path, write_json
 from basis.threads import limit_threads
+from basis.timing import Progress, mark_startup, process_age, recording, report, timed
 
 
 def _print(result: dict, as_json: bool) -> None:
@@ -47,22 +48,13 @@ def _maybe_tracked(args: argparse.Namespace, run_name: str, tags: dict[str, str]
         yield run
 
 
-def _progress(total: int, every: int | None = None):
+def _progress(total: int):
     """A step callback that prints step, loss, ms per step and the time left to stderr
-    every ``every`` steps (about 20 lines a run), so that a job's log shows progress."""
-    every = every or max(1, total // 20)
-    start = time.perf_counter()
+    (see :class:`basis.timing.Progress`), so that a job's log shows progress."""
+    progress = Progress(total, "step")
 
     def report(step: int, info: dict[str, float]) -> None:
-        done = step + 1
-        if done % every == 0 or done == total:
-            per_step = (time.perf_counter() - start) / done
-            print(
-                f"step {done}/{total}  loss {info['loss']:.4g}  {info.get('ms_step', per_step * 1e3):.1f} ms/step"
-                f"  ETA {per_step * (total - done):.0f} s",
-                file=sys.stderr,
-                flush=True,
-            )
+        progress.update(step + 1, f"loss {info['loss']:.4g}")
 
     return report
 
@@ -85,14 +77,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     from basis.references import load_reference
     from basis.settings import resolve_settings
 
+    mark_startup()
     settings = resolve_settings(args.method, assignments=args.set, dataset=args.dataset)
     device = str(resolve_device(args.device))  # resolved once: logged as used
     if args.out:
         check_output(args.out, folder=True)
-    data = load_inputs(args.dataset, args.features, seed=args.data_seed, root=args.data_root)
-    n_components = settings["n_components"] or data.n_classes
-    stored = None if args.reference is None else load_reference(args.reference, settings, n_components, data.X_test)
-    check_method(args.method, data, settings)  # what depends on the data, before a run opens
+    with timed("load"):
+        data = load_inputs(args.dataset, args.features, seed=args.data_seed, root=args.data_root)
+        n_components = settings["n_components"] or data.n_classes
+        stored = None if args.reference is None else load_reference(args.reference, settings, n_components, data.X_test)
+        check_method(args.method, data, settings)  # what depends on the data, before a run opens
     tags = {"dataset": args.dataset, "method": args.method, "seed": str(args.seed)}
     with _maybe_tracked(args, f"{args.dataset}-{args.method}-seed{args.seed}", tags) as run:
         if run:
@@ -128,11 +122,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.out:
             out = Path(args.out)
             out.mkdir(parents=True, exist_ok=True)
-            result.estimator.save(out / "model.pt")
-            with atomic_path(out / "embedding.npz") as partial:
-                np.savez(partial, test=result.test_embedding, reference=result.reference_embedding, labels=data.y_test)
-            # Scores only: the same seed gives the same file (timings go to MLflow and stdout).
-            write_json(out / "metrics.json", scores)
+            with timed("outputs"):
+                result.estimator.save(out / "model.pt")
+                with atomic_path(out / "embedding.npz") as partial:
+                    np.savez(
+                        partial, test=result.test_embedding, reference=result.reference_embedding, labels=data.y_test
+                    )
+                # Scores only: the same seed gives the same file (timings go to MLflow and stdout).
+                write_json(out / "metrics.json", scores)
         if run:
             run.log_metrics({k: v for k, v in output.items() if k != "device"})
             if args.out:
@@ -205,9 +202,12 @@ def cmd_reference(args: argparse.Namespace) -> int:
     from basis.references import save_reference
     from basis.settings import resolve_settings
 
+    mark_startup()
     settings = resolve_settings("basis", assignments=args.set, dataset=args.dataset)
-    data = load_inputs(args.dataset, args.features, seed=args.data_seed, root=args.data_root)
-    summary = save_reference(args.out, data, settings, device=str(resolve_device(args.device)))
+    with timed("load"):
+        data = load_inputs(args.dataset, args.features, seed=args.data_seed, root=args.data_root)
+    with timed("reference"):
+        summary = save_reference(args.out, data, settings, device=str(resolve_device(args.device)))
     _print(summary, args.json)
     return 0
 
@@ -238,7 +238,9 @@ def cmd_features(args: argparse.Namespace) -> int:
     check_output(args.out, folder=False)
     if args.checkpoint:
         check_output(args.checkpoint, folder=False, name="--checkpoint")
-    data = load_dataset(args.dataset, seed=args.data_seed, root=args.data_root)
+    mark_startup()
+    with timed("load"):
+        data = load_dataset(args.dataset, seed=args.data_seed, root=args.data_root)
     if not data.is_image:
         raise InputError(
             f"data set {args.dataset!r} has no images; Siamese features need one of the image sets or digits"
@@ -248,16 +250,16 @@ def cmd_features(args: argparse.Namespace) -> int:
     ) as run:
         if run:
             run.log_params({"dataset": args.dataset, "seed": args.seed, "device": args.device, **options})
-        result = train_features(
-            data.X_train,
-            data.y_train,
-            data.X_test,
-            data.y_test,
-            seed=args.seed,
-            device=args.device,
-            progress=not args.json,
-            **options,
-        )
+        with timed("train"):
+            result = train_features(
+                data.X_train,
+                data.y_train,
+                data.X_test,
+                data.y_test,
+                seed=args.seed,
+                device=args.device,
+                **options,
+            )
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(out) as partial:
@@ -309,10 +311,13 @@ def cmd_study(args: argparse.Namespace) -> int:
             run.log_params({"study": args.name, **options})
             if "callback" in accepted:
                 options["callback"] = run.log_step
+        mark_startup()
         start = time.perf_counter()
-        result, arrays = study(**options)
+        with timed("study"):
+            result, arrays = study(**options)
         seconds = time.perf_counter() - start
-        save_study(args.out, result, arrays)  # results only: the same seed writes the same files
+        with timed("outputs"):
+            save_study(args.out, result, arrays)  # results only: the same seed writes the same files
         if run:
             run.log_metrics({**result, "seconds": seconds})
             for name in ("metrics.json", "arrays.npz"):
@@ -520,7 +525,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_common(args)
         args.threads = limit_threads(args.threads)
-        return args.func(args)
+        with recording() as seconds:
+            code = args.func(args)
+        if args.json and seconds:  # a job's phases, for its log (benchmarks/workflow_profile.py)
+            report({**seconds, "total": process_age() or sum(seconds.values())})
+        return code
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

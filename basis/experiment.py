@@ -24,6 +24,7 @@ from basis.estimators import SpecNet2, SpectralEstimator, make_estimator
 from basis.graph import sparse_affinity
 from basis.references import analytic_embedding, load_reference
 from basis.settings import resolve_settings
+from basis.timing import timed
 
 
 @dataclass
@@ -69,17 +70,20 @@ def run_method(
         stored = load_reference(reference, settings, n_components, data.X_test)
     estimator = _estimator(method, data, settings, seed=seed, device=device, callback=callback)
     start = time.perf_counter()
-    estimator.fit(data.X_train, data.y_train)
-    if isinstance(estimator, SpecNet2):
-        estimator.postprocess(data.X_test)  # on the whole test set, as in the paper
+    with timed("train"):
+        estimator.fit(data.X_train, data.y_train)
+        if isinstance(estimator, SpecNet2):
+            estimator.postprocess(data.X_test)  # on the whole test set, as in the paper
     train_seconds = time.perf_counter() - start
-    test_embedding = estimator.transform(data.X_test)
-    train_embedding = estimator.transform(data.X_train)
-    reference_embedding = (
-        stored
-        if stored is not None
-        else analytic_embedding(data.X_test, settings, n_components, device=str(estimator.device_))
-    )
+    with timed("transform"):
+        test_embedding = estimator.transform(data.X_test)
+        train_embedding = estimator.transform(data.X_train)
+    with timed("reference"):
+        reference_embedding = (
+            stored
+            if stored is not None
+            else analytic_embedding(data.X_test, settings, n_components, device=str(estimator.device_))
+        )
     ev = settings["eval"]
     result = metrics.evaluate_embedding(
         test_embedding,
@@ -90,28 +94,31 @@ def run_method(
         n_init=ev["kmeans_n_init"],
     )
     if isinstance(estimator, SpecNet2):  # scored in its own basis as well (see metrics.own_basis_grassmann_distance)
-        degrees = np.asarray(
-            sparse_affinity(data.X_test, estimator.graph_, device=str(estimator.device_)).sum(axis=1)
-        ).ravel()
-        result["d_G_own_basis"] = metrics.own_basis_grassmann_distance(test_embedding, reference_embedding, degrees)
-    result["accuracy"] = metrics.linear_probe_accuracy(
-        train_embedding,
-        data.y_train,
-        test_embedding,
-        data.y_test,
-        C=ev["probe_C"],
-        max_iter=ev["probe_max_iter"],
-    )
-    result["accuracy_authors"] = metrics.authors_linear_probe_accuracy(
-        train_embedding,
-        data.y_train,
-        test_embedding,
-        data.y_test,
-        epochs=ev["authors_probe_epochs"],
-        lr=ev["authors_probe_lr"],
-        batch_size=ev["authors_probe_batch_size"],
-        seed=seed,
-    )
+        with timed("d_G"):
+            degrees = np.asarray(
+                sparse_affinity(data.X_test, estimator.graph_, device=str(estimator.device_)).sum(axis=1)
+            ).ravel()
+            result["d_G_own_basis"] = metrics.own_basis_grassmann_distance(test_embedding, reference_embedding, degrees)
+    with timed("probe"):
+        result["accuracy"] = metrics.linear_probe_accuracy(
+            train_embedding,
+            data.y_train,
+            test_embedding,
+            data.y_test,
+            C=ev["probe_C"],
+            max_iter=ev["probe_max_iter"],
+        )
+    with timed("authors_probe"):
+        result["accuracy_authors"] = metrics.authors_linear_probe_accuracy(
+            train_embedding,
+            data.y_train,
+            test_embedding,
+            data.y_test,
+            epochs=ev["authors_probe_epochs"],
+            lr=ev["authors_probe_lr"],
+            batch_size=ev["authors_probe_batch_size"],
+            seed=seed,
+        )
     errors = getattr(estimator, "alignment_errors_", None)
     if errors:  # how well the batches were aligned (see BASiS.align)
         result["alignment_error_median"], result["alignment_error_max"] = float(np.median(errors)), max(errors)

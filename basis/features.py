@@ -13,13 +13,13 @@ from typing import Any
 import numpy as np
 import torch
 from sklearn.neighbors import KNeighborsClassifier
-from tqdm.auto import tqdm
 
 from basis.device import resolve_device
 from basis.errors import InputError
 from basis.inputs import load_checkpoint
 from basis.models import SiameseCNN
 from basis.outputs import atomic_path
+from basis.timing import Progress
 
 
 def contrastive_loss(z1: torch.Tensor, z2: torch.Tensor, same: torch.Tensor, margin: float = 1.0) -> torch.Tensor:
@@ -58,7 +58,7 @@ class SiameseFeatures:
     n_steps, pairs_per_step, lr : training budget (Adam).
     device : ``"auto"``, ``"cpu"`` or ``"cuda[:N]"``.
     seed : seeds initialisation and pair sampling.
-    progress : show a progress bar.
+    progress : print progress lines to stderr (:class:`~basis.timing.Progress`).
     """
 
     def __init__(
@@ -121,8 +121,11 @@ class SiameseFeatures:
 
     def fit(self, images: np.ndarray, labels: np.ndarray) -> "SiameseFeatures":
         self.start(images, labels)
-        for _ in tqdm(range(self.n_steps), disable=not self.progress, desc="siamese", mininterval=5):
-            self.step()
+        progress = Progress(self.n_steps, "siamese step") if self.progress else None
+        for done in range(1, self.n_steps + 1):
+            loss = self.step()
+            if progress:
+                progress.update(done, f"loss {loss:.4g}")
         self.model_.eval()
         del self.images_, self.optimizer_  # free the training copy
         return self

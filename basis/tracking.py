@@ -21,6 +21,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from basis.timing import timed, timed_calls
+
 log = logging.getLogger(__name__)
 
 DEFAULT_STORE = Path("results/mlflow")
@@ -126,6 +128,7 @@ class TrackedRun:
         self.store = store
         self._pending: list = []
 
+    @timed_calls("tracking")
     def log_params(self, params: dict[str, Any]) -> None:
         from mlflow.entities import Param
 
@@ -144,11 +147,13 @@ class TrackedRun:
         if len(self._pending) >= FLUSH_EVERY_POINTS:
             self.flush()
 
+    @timed_calls("tracking")
     def flush(self) -> None:
         for start in range(0, len(self._pending), 1000):
             self.client.log_batch(self.run_id, metrics=self._pending[start : start + 1000])
         self._pending = []
 
+    @timed_calls("tracking")
     def log_metrics(self, values: dict[str, float]) -> None:
         """Final (step-free) metrics, in one batch."""
         from mlflow.entities import Metric
@@ -156,10 +161,12 @@ class TrackedRun:
         stamp = int(time.time() * 1000)
         self.client.log_batch(self.run_id, metrics=[Metric(k, float(v), stamp, 0) for k, v in values.items()])
 
+    @timed_calls("tracking")
     def set_description(self, text: str) -> None:
         """The run's description in the MLflow UI (its note)."""
         self.client.set_tag(self.run_id, "mlflow.note.content", text)
 
+    @timed_calls("tracking")
     def log_dataset(self, name: str, digest: str, source: str, context: str = "training") -> None:
         """The data set a run used, as an MLflow input (the UI's Datasets column)."""
         from mlflow.entities import Dataset, DatasetInput, InputTag
@@ -171,9 +178,11 @@ class TrackedRun:
                 self.run_id, datasets=[DatasetInput(dataset, [InputTag("mlflow.data.context", context)])]
             )
 
+    @timed_calls("tracking")
     def log_artifact(self, path: str | Path, folder: str | None = None) -> None:
         self.client.log_artifact(self.run_id, str(path), folder)
 
+    @timed_calls("tracking")
     def log_embedding_model(self, checkpoint: str | Path, input_example, description: str) -> None:
         """The fitted estimator saved at ``checkpoint`` as this run's MLflow model: its
         prediction is the estimator's ``transform`` (see :mod:`basis.serving`)."""
@@ -286,6 +295,26 @@ def tracked_run(
     job left RUNNING by a process that is gone (a killed job) is closed first. ``parent``
     names the run it is grouped under (:func:`parent_run`). The host's CPU, memory and GPU
     use are logged as system metrics while the run lasts."""
+    with timed("tracking"):
+        mlflow_client, run, all_tags, monitor = _open_run(experiment, run_name, tags, store, parent)
+    tracked = TrackedRun(mlflow_client, run.info.run_id, store)
+    try:
+        yield tracked
+        with timed("tracking"):
+            tracked.flush()
+    except BaseException:
+        tracked.flush()
+        monitor.finish()
+        mlflow_client.set_terminated(run.info.run_id, "FAILED")
+        raise
+    with timed("tracking"):
+        monitor.finish()
+        mlflow_client.set_terminated(run.info.run_id, "FINISHED")
+        supersede_older(mlflow_client, run.info.experiment_id, all_tags, run.info.run_id)
+
+
+def _open_run(experiment: str, run_name: str, tags: dict[str, str], store: str | Path, parent: str | None):
+    """:func:`tracked_run`'s start: the client, the run with its tags, its system monitor."""
     from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
     mlflow_client = client(store)
@@ -305,20 +334,9 @@ def tracked_run(
         all_tags["mlflow.parentRunId"] = parent_run(mlflow_client, experiment_id, parent, store)
     close_stale_runs(store, key=_key(all_tags), experiment_ids=[experiment_id])
     run = mlflow_client.create_run(experiment_id, run_name=run_name, tags=all_tags)
-    tracked = TrackedRun(mlflow_client, run.info.run_id, store)
     monitor = SystemMetricsMonitor(run.info.run_id, sampling_interval=1, tracking_uri=mlflow_client.tracking_uri)
     monitor.start()
-    try:
-        yield tracked
-        tracked.flush()
-    except BaseException:
-        tracked.flush()
-        monitor.finish()
-        mlflow_client.set_terminated(run.info.run_id, "FAILED")
-        raise
-    monitor.finish()
-    mlflow_client.set_terminated(run.info.run_id, "FINISHED")
-    supersede_older(mlflow_client, experiment_id, all_tags, run.info.run_id)
+    return mlflow_client, run, all_tags, monitor
 
 
 def _key(tags: dict[str, str]) -> dict[str, str]:

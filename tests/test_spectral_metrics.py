@@ -240,3 +240,31 @@ def test_a_probe_that_did_not_converge_is_an_error(rng):
     assert metrics.linear_probe_accuracy(X, y, X, y) > 50.0
     with pytest.raises(metrics.ProbeNotConvergedError, match="did not converge in probe_max_iter=2"):
         metrics.linear_probe_accuracy(X, y, X, y, max_iter=2)
+
+
+def _autograd_probe(X, y, epochs, lr, batch_size, seed):
+    """The authors' probe as they wrote it: nn.Linear, cross_entropy, backward, Adam."""
+    generator = torch.Generator().manual_seed(seed)
+    X, y = torch.as_tensor(X, dtype=torch.float32), torch.as_tensor(np.unique(y, return_inverse=True)[1])
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        probe = torch.nn.Linear(X.shape[1], int(y.max()) + 1)
+    optimizer = torch.optim.Adam(probe.parameters(), lr=lr)
+    for _ in range(epochs):
+        order = torch.randperm(len(X), generator=generator)
+        for start in range(0, len(order), batch_size):
+            idx = order[start : start + batch_size]
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(probe(X[idx]), y[idx]).backward()
+            optimizer.step()
+    return probe.weight.detach(), probe.bias.detach()
+
+
+@pytest.mark.parametrize("n, dim, n_classes, scale", [(700, 2, 3, 0.01), (531, 10, 10, 1.0), (300, 4, 2, 30.0)])
+def test_authors_probe_trains_to_the_same_floats_as_autograd_and_torch_adam(rng, n, dim, n_classes, scale):
+    # Batches of 100 leave a short last batch each epoch (700 % 100 == 0 does not: both kinds).
+    X = (scale * rng.standard_normal((n, dim))).astype(np.float32)
+    y = rng.integers(0, n_classes, n) * 3 + 1  # labels that are not 0..C-1
+    expected = _autograd_probe(X, y, epochs=7, lr=1e-2, batch_size=100, seed=4)
+    weight, bias = metrics._train_authors_probe(X, y, epochs=7, lr=1e-2, batch_size=100, seed=4)
+    assert torch.equal(weight, expected[0]) and torch.equal(bias, expected[1])

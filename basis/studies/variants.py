@@ -25,6 +25,7 @@ from basis.figures import load_study, plt, save_figure
 from basis.protocols import study_protocol
 from basis.references import analytic_embedding
 from basis.studies import ClaimRow, Figure, Study, StudyResult
+from basis.timing import Progress
 
 #: Variant name -> the BASiS options it sets (see the class's parameters).
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -84,6 +85,7 @@ def basis_variants(
     reference_scaled = analytic_embedding(data.X_test, scaled_graph, n_components)
     scores = {(variant, measure): [] for variant in variants for measure in MEASURES}
     worst_alignment = 0.0
+    progress = Progress(n_seeds * len(variants), f"variants of BASiS on {dataset}:", unit="run")
     for run_seed in range(seed, seed + n_seeds):
         for variant in variants:
             model = BASiS(n_components, seed=run_seed, device=device, **options, **VARIANTS[variant])
@@ -97,6 +99,7 @@ def basis_variants(
             result["d_G_scaled_k"] = metrics.grassmann_distance(embedding, reference_scaled)
             for measure in MEASURES:
                 scores[variant, measure].append(result[measure])
+            progress.update(sum(len(scores[v, MEASURES[0]]) for v in variants), f"seed {run_seed} {variant}")
     summary: dict[str, float] = {
         "n_seeds": n_seeds,
         "n_iter": n_iter,
