@@ -70,31 +70,59 @@ def _callbacks(*callbacks):
     return each
 
 
+def run_folders(out: str | None, seeds: list[int]) -> list[str | None]:
+    """Each seed's --out folder: ``{seed}`` in ``out`` becomes the seed; several seeds
+    need it, so that no seed overwrites another's results."""
+    if out is None:
+        return [None] * len(seeds)
+    if len(set(seeds)) != len(seeds):
+        raise InputError(f"--seeds lists a seed twice: {seeds}")
+    if len(seeds) > 1 and "{seed}" not in out:
+        raise InputError(f"--out {out}: with several --seeds it needs {{seed}}, e.g. results/runs/seed{{seed}}")
+    return [out.replace("{seed}", str(seed)) for seed in seeds]
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from basis.data import load_inputs
     from basis.device import resolve_device
-    from basis.experiment import check_method, run_method
+    from basis.experiment import check_method
     from basis.references import load_reference
     from basis.settings import resolve_settings
 
     mark_startup()
+    seeds = args.seeds or [args.seed]
+    for seed in seeds:
+        check_seed(seed, "--seeds")
+    folders = run_folders(args.out, seeds)
     settings = resolve_settings(args.method, assignments=args.set, dataset=args.dataset)
     device = str(resolve_device(args.device))  # resolved once: logged as used
-    if args.out:
-        check_output(args.out, folder=True)
+    for folder in filter(None, folders):
+        check_output(folder, folder=True)
+    # Loaded once for every seed: the data, its features and the reference.
     with timed("load"):
         data = load_inputs(args.dataset, args.features, seed=args.data_seed, root=args.data_root)
         n_components = settings["n_components"] or data.n_classes
         stored = None if args.reference is None else load_reference(args.reference, settings, n_components, data.X_test)
         check_method(args.method, data, settings)  # what depends on the data, before a run opens
-    tags = {"dataset": args.dataset, "method": args.method, "seed": str(args.seed)}
-    with _maybe_tracked(args, f"{args.dataset}-{args.method}-seed{args.seed}", tags) as run:
+    outputs = {
+        seed: _run_seed(args, seed, folder, settings, device, data, stored) for seed, folder in zip(seeds, folders)
+    }
+    _print(outputs[seeds[0]] if args.seeds is None else {"seeds": outputs}, args.json)
+    return 0
+
+
+def _run_seed(args, seed: int, out: str | None, settings: dict, device: str, data, stored) -> dict:
+    """One seed of ``run``: train, evaluate, write ``out``, and log it as its own MLflow run."""
+    from basis.experiment import run_method
+
+    tags = {"dataset": args.dataset, "method": args.method, "seed": str(seed)}
+    with _maybe_tracked(args, f"{args.dataset}-{args.method}-seed{seed}", tags) as run:
         if run:
             run.log_params(
                 {
                     "method": args.method,
                     "dataset": args.dataset,
-                    "seed": args.seed,
+                    "seed": seed,
                     "data_seed": args.data_seed,
                     "device": device,
                     "threads": args.threads,
@@ -111,7 +139,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         result = run_method(
             args.method,
             data,
-            seed=args.seed,
+            seed=seed,
             device=device,
             settings=settings,
             callback=_callbacks(run.log_step if run else None, _progress(n_iter)),
@@ -119,23 +147,23 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
         scores = {k: v for k, v in result.metrics.items() if k != "train_seconds"}
         output = {**scores, "train_seconds": result.metrics["train_seconds"], "device": str(result.estimator.device_)}
-        if args.out:
-            out = Path(args.out)
-            out.mkdir(parents=True, exist_ok=True)
+        if out:
+            folder = Path(out)
+            folder.mkdir(parents=True, exist_ok=True)
             with timed("outputs"):
-                result.estimator.save(out / "model.pt")
-                with atomic_path(out / "embedding.npz") as partial:
+                result.estimator.save(folder / "model.pt")
+                with atomic_path(folder / "embedding.npz") as partial:
                     np.savez(
                         partial, test=result.test_embedding, reference=result.reference_embedding, labels=data.y_test
                     )
                 # Scores only: the same seed gives the same file (timings go to MLflow and stdout).
-                write_json(out / "metrics.json", scores)
+                write_json(folder / "metrics.json", scores)
         if run:
             run.log_metrics({k: v for k, v in output.items() if k != "device"})
-            if args.out:
+            if out:
                 for name in ("metrics.json", "embedding.npz", "model.pt"):
-                    run.log_artifact(Path(args.out) / name)
-            checkpoint = Path(args.out) / "model.pt" if args.out else None
+                    run.log_artifact(Path(out) / name)
+            checkpoint = Path(out) / "model.pt" if out else None
             if checkpoint is None:  # the model is logged from a checkpoint file
                 checkpoint = Path(tempfile.mkdtemp()) / "model.pt"
                 result.estimator.save(checkpoint)
@@ -150,8 +178,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             if args.siamese:
                 run.log_artifact(args.siamese)
             run.log_embedding_model(checkpoint, data.X_test[:5], description)
-    _print(output, args.json)
-    return 0
+    return output
 
 
 def cmd_embed(args: argparse.Namespace) -> int:
@@ -409,7 +436,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="override a setting (graph.n_neighbors=20, n_iter=500, ...)",
     )
-    run.add_argument("--out", help="folder for the model, embeddings and metrics")
+    run.add_argument("--out", help="folder for the model, embeddings and metrics ({seed} becomes the seed)")
+    run.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        help="several seeds in this one process, in turn, sharing the data and the reference (instead of"
+        " --seed); each gets its own MLflow run and --out folder, with the numbers of one process per seed",
+    )
     run.add_argument("--reference", help="stored analytic embedding of the test split (from 'basis reference')")
     run.add_argument("--siamese", help="the Siamese network behind --features, logged with the model (with --track)")
     run.set_defaults(func=cmd_run)

@@ -96,12 +96,12 @@ def main() -> None:
         walls = [j["wall"] for j in jobs]
         print(
             f"| {stage} | {len(jobs)} | {sum(walls):.0f} | "
-            + " | ".join(f"{split[c]:.0f}" for c in COLUMNS)
+            + " | ".join(f"{split[c]:.1f}" for c in COLUMNS)
             + f" | {statistics.median(walls):.1f} | {max(walls):.1f} | {sum(j['cpu'] for j in jobs):.0f}"
             f" | {max(j['rss'] for j in jobs):.0f} |"
         )
     wall = sum(j["wall"] for j in every_job)
-    print(f"| all | {len(every_job)} | {wall:.0f} | " + " | ".join(f"{totals[c]:.0f}" for c in COLUMNS) + " | | | | |")
+    print(f"| all | {len(every_job)} | {wall:.0f} | " + " | ".join(f"{totals[c]:.1f}" for c in COLUMNS) + " | | | | |")
     print("\nMetrics, seconds summed over all jobs:", end=" ")
     metric_seconds = {m: sum(j["phases"].get(m, 0.0) for j in every_job) for m in METRICS}
     print(", ".join(f"{m} {s:.1f}" for m, s in metric_seconds.items()))

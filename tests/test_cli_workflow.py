@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import HANG_GUARD_S
 
@@ -352,3 +353,51 @@ def test_a_new_study_is_one_module_and_one_config_section(workdir):
         assert expected in output, expected
     done = _snakemake(workdir, "-n", "--configfile", _new_study(workdir, section=False))
     assert done.returncode != 0 and "experiments has no section for the studies ['noise']" in done.stderr + done.stdout
+
+
+def test_seeds_in_one_process_give_the_files_and_runs_of_one_process_per_seed(tmp_path):
+    common = ["run", "--method", "basis", "--dataset", "two_moons", "--set", "n_iter=20", "--json"]
+    store = tmp_path / "store"
+    tracked = ["--track", "seeds", "--store", str(store), "--tag", "rule=train_and_evaluate"]
+    for seed in (0, 1):
+        done = _basis(*common, "--seed", str(seed), "--out", str(tmp_path / f"alone{seed}"))
+        assert done.returncode == 0, done.stderr
+    done = _basis(*common, *tracked, "--seeds", "0", "1", "--out", str(tmp_path / "together{seed}"))
+    assert done.returncode == 0, done.stderr
+    printed = json.loads(done.stdout)["seeds"]
+    for seed in (0, 1):
+        alone, together = tmp_path / f"alone{seed}", tmp_path / f"together{seed}"
+        assert (together / "metrics.json").read_bytes() == (alone / "metrics.json").read_bytes()
+        with np.load(alone / "embedding.npz") as a, np.load(together / "embedding.npz") as b:
+            assert all(np.array_equal(a[k], b[k]) for k in ("test", "reference", "labels"))
+        assert printed[str(seed)]["d_G"] == json.loads((alone / "metrics.json").read_text())["d_G"]
+    from basis.tracking import client
+
+    runs = client(store).search_runs([client(store).get_experiment_by_name("seeds").experiment_id])
+    by_seed = {run.data.tags["seed"]: run for run in runs}
+    assert sorted(by_seed) == ["0", "1"]
+    for seed, run in by_seed.items():
+        assert run.info.run_name == f"two_moons-basis-seed{seed}" and run.info.status == "FINISHED"
+        assert run.data.tags["rule"] == "train_and_evaluate"
+        assert run.data.metrics["d_G"] == json.loads((tmp_path / f"alone{seed}" / "metrics.json").read_text())["d_G"]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--seeds", "0", "1", "--out", "results/x"], "needs {seed}"),
+        (["--seeds", "1", "1", "--out", "results/seed{seed}"], "lists a seed twice"),
+        (["--seeds", "0", "-3"], "--seeds"),
+    ],
+)
+def test_bad_seed_lists_are_refused_before_any_work(tmp_path, args, message):
+    done = _basis("run", "--method", "basis", "--dataset", "two_moons", *args)
+    assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert not (ROOT / "results" / "x").exists()
+
+
+def test_the_slurm_profile_sends_the_figures_and_the_knn_runs_as_group_jobs(workdir):
+    done = _snakemake(workdir, "-n", "--profile", str(ROOT / "profiles/slurm"), "--configfile", "config/quick.yaml")
+    assert done.returncode == 0, done.stderr[-3000:]
+    output = done.stdout + done.stderr
+    assert output.count("Group job figures") == 1 and output.count("Group job knn") == 1

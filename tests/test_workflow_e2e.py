@@ -340,6 +340,46 @@ def test_a_killed_jobs_run_is_closed_by_the_next_invocation(workflow):
     assert client.get_run(orphan).info.status == "KILLED"
 
 
+def test_the_workflow_profile_splits_each_stage_into_its_jobs_phases(workflow):
+    # As the README gives it, from the folder that holds results/
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks/workflow_profile.py"), "--results", "results"],
+        capture_output=True,
+        text=True,
+        cwd=workflow,
+        timeout=HANG_GUARD_S,
+    )
+    assert done.returncode == 0, done.stderr
+    header, *rows = [line.split("|")[1:-1] for line in done.stdout.splitlines() if line.startswith("| ")]
+    table = {row[0].strip(): dict(zip((h.strip() for h in header), (c.strip() for c in row))) for row in rows}
+    assert table["runs"]["jobs"] == str(len(METHODS) * 2)
+    for phase in ("startup", "compute", "metrics", "tracking"):
+        assert float(table["runs"][phase]) > 0, phase
+    assert "Per-job overhead" in done.stdout
+
+
+# Last of the workflow's tests: it leaves the runs' jobs in the seeds-in-one-job layout.
+def test_seeds_in_one_job_write_the_same_files_and_supersede_each_seeds_run(workflow):
+    targets = sorted((workflow / "results/runs").glob("*/*/seed*/metrics.json"))
+    before_bytes = {path: path.read_bytes() for path in targets}
+    _, before = runs(workflow, "runs")
+    done = snakemake(workflow, "--config", "seeds_in_one_job=True", "--forcerun", "train_and_evaluate")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert {path: path.read_bytes() for path in targets} == before_bytes  # byte for byte, every seed
+    _, after = runs(workflow, "runs")
+    new = [r for r in after if r.info.run_id not in {b.info.run_id for b in before}]
+    # one run per seed, named as before, each superseding the seed's last run
+    assert sorted(r.info.run_name for r in new) == sorted(
+        r.info.run_name for r in before if r.data.tags.get("superseded") != "true"
+    )
+    assert all(r.data.tags["rule"] == "train_and_evaluate" and r.info.status == "FINISHED" for r in new)
+    superseding = {r.data.tags["superseded_by"] for r in after if r.data.tags.get("superseded") == "true"}
+    assert {r.info.run_id for r in new} <= superseding
+    for method in METHODS:  # one job, one log, with both seeds' progress and the job's phases
+        log = (workflow / f"results/logs/runs/digits/{method}/seeds.log").read_text()
+        assert "--seeds 0 1" in log.splitlines()[0] and log.count("step 20/20") == 2 and "# timings " in log
+
+
 def _free_port():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

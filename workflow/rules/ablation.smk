@@ -5,13 +5,13 @@ rule ablation_run:
     input:
         unpack(ablation_inputs),
     output:
-        metrics="results/ablation/{dataset}/{alignment}/seed{seed}/metrics.json",
-        model="results/ablation/{dataset}/{alignment}/seed{seed}/model.pt",
-        embedding="results/ablation/{dataset}/{alignment}/seed{seed}/embedding.npz",
+        metrics=seed_files("results/ablation/{dataset}/{alignment}", "metrics.json", ABLATION["seeds"]),
+        model=seed_files("results/ablation/{dataset}/{alignment}", "model.pt", ABLATION["seeds"]),
+        embedding=seed_files("results/ablation/{dataset}/{alignment}", "embedding.npz", ABLATION["seeds"]),
     log:
-        "results/logs/ablation/{dataset}/{alignment}/seed{seed}.log",
+        seed_job("results/logs/ablation/{dataset}/{alignment}") + ".log",
     benchmark:
-        "results/benchmarks/ablation/{dataset}/{alignment}/seed{seed}.tsv"
+        seed_job("results/benchmarks/ablation/{dataset}/{alignment}") + ".tsv"
     wildcard_constraints:
         alignment="(ransac|lstsq|none)(-outliers)?",
     conda:

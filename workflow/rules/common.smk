@@ -217,9 +217,36 @@ def reference_command(wildcards, input, output, settings):
 PARENTS = {"runs": "{dataset}: Table 1 seeds", "sensitivity": "{dataset}: kNN sweep", "ablation": "{dataset}: ablation"}
 
 
-def run_command(method, wildcards, input, output, experiment, settings):
-    """`python -m basis run` for one method, data set and seed; against a stored
-    reference when the job has one as input (else the run computes it)."""
+# A run rule's job trains one seed ({seed} in its paths), or with seeds_in_one_job every
+# seed of its stage in turn in one process (`basis run --seeds`), each seed still writing
+# its own folder and MLflow run.
+SEEDS_IN_ONE_JOB = config.get("seeds_in_one_job", False)
+
+
+def seed_files(folder, name, n_seeds):
+    """A run rule's output ``name`` under ``folder``/seed<seed>: the job's seed, or all
+    ``n_seeds`` seeds when they share the job."""
+    pattern = f"{folder}/seed{{seed}}/{name}"
+    return expand(pattern, seed=range(n_seeds), allow_missing=True) if SEEDS_IN_ONE_JOB else pattern
+
+
+def seed_job(path):
+    """A run rule's log or benchmark path for ``path`` without its seed part."""
+    return f"{path}/seeds" if SEEDS_IN_ONE_JOB else f"{path}/seed{{seed}}"
+
+
+def seed_arguments(wildcards, output, n_seeds):
+    """--seed and --out of one seed's job, or --seeds and an --out with {seed}."""
+    folder = Path(output.metrics[0] if SEEDS_IN_ONE_JOB else output.metrics).parent
+    if SEEDS_IN_ONE_JOB:
+        return ["--seeds", *map(str, range(n_seeds)), "--out", str(folder.parent / "seed{seed}")]
+    return ["--seed", wildcards.seed, "--out", str(folder)]
+
+
+def run_command(method, wildcards, input, output, experiment, settings, n_seeds):
+    """`python -m basis run` for one method and data set, and one seed or all ``n_seeds``
+    (:data:`SEEDS_IN_ONE_JOB`); against a stored reference when the job has one as input
+    (else the run computes it)."""
     reference = getattr(input, "reference", None)
     stage = experiment.rsplit("-", 1)[-1]
     return [
@@ -228,10 +255,7 @@ def run_command(method, wildcards, input, output, experiment, settings):
         method,
         "--dataset",
         wildcards.dataset,
-        "--seed",
-        wildcards.seed,
-        "--out",
-        str(Path(output.metrics).parent),
+        *seed_arguments(wildcards, output, n_seeds),
         "--data-root",
         config["data_root"],
         "--data-seed",
@@ -400,7 +424,8 @@ def ablation_command(wildcards, input, output):
     if outliers:
         settings["anchor_outliers"] = ABLATION["outlier_fraction"]
     # the ablation's own settings (its budget) last, so they win
-    return run_command("basis", wildcards, input, output, EXPERIMENTS["ablation"], protocol) + set_arguments(settings)
+    command = run_command("basis", wildcards, input, output, EXPERIMENTS["ablation"], protocol, ABLATION["seeds"])
+    return command + set_arguments(settings)
 
 
 FIGURES_DIR = "results/paper/figures"

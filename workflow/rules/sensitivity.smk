@@ -29,13 +29,13 @@ rule knn_run:
         features=feature_input,
         reference="results/references/knn/{dataset}_k{k}.npz",
     output:
-        metrics="results/knn/{dataset}/k{k}/{method}/seed{seed}/metrics.json",
-        model="results/knn/{dataset}/k{k}/{method}/seed{seed}/model.pt",
-        embedding="results/knn/{dataset}/k{k}/{method}/seed{seed}/embedding.npz",
+        metrics=seed_files("results/knn/{dataset}/k{k}/{method}", "metrics.json", KNN["seeds"]),
+        model=seed_files("results/knn/{dataset}/k{k}/{method}", "model.pt", KNN["seeds"]),
+        embedding=seed_files("results/knn/{dataset}/k{k}/{method}", "embedding.npz", KNN["seeds"]),
     log:
-        "results/logs/knn/{dataset}/k{k}/{method}/seed{seed}.log",
+        seed_job("results/logs/knn/{dataset}/k{k}/{method}") + ".log",
     benchmark:
-        "results/benchmarks/knn/{dataset}/k{k}/{method}/seed{seed}.tsv"
+        seed_job("results/benchmarks/knn/{dataset}/k{k}/{method}") + ".tsv"
     conda:
         "../envs/basis.yaml"
     threads: RUN_THREADS
@@ -50,6 +50,7 @@ rule knn_run:
             output,
             EXPERIMENTS["sensitivity"],
             settings_for(wildcards.method) + [f"graph.n_neighbors={wildcards.k}"],
+            KNN["seeds"],
         ),
         tags=lambda wildcards: run_tags(wildcards, "knn_run", f"k{wildcards.k}"),
     script:

@@ -4,13 +4,13 @@ rule train_and_evaluate:
         features=feature_input,
         reference="results/references/{dataset}.npz",
     output:
-        metrics="results/runs/{dataset}/{method}/seed{seed}/metrics.json",
-        model="results/runs/{dataset}/{method}/seed{seed}/model.pt",
-        embedding="results/runs/{dataset}/{method}/seed{seed}/embedding.npz",
+        metrics=seed_files("results/runs/{dataset}/{method}", "metrics.json", config["seeds"]),
+        model=seed_files("results/runs/{dataset}/{method}", "model.pt", config["seeds"]),
+        embedding=seed_files("results/runs/{dataset}/{method}", "embedding.npz", config["seeds"]),
     log:
-        "results/logs/runs/{dataset}/{method}/seed{seed}.log",
+        seed_job("results/logs/runs/{dataset}/{method}") + ".log",
     benchmark:
-        "results/benchmarks/runs/{dataset}/{method}/seed{seed}.tsv"
+        seed_job("results/benchmarks/runs/{dataset}/{method}") + ".tsv"
     conda:
         "../envs/basis.yaml"
     threads: RUN_THREADS
@@ -19,7 +19,13 @@ rule train_and_evaluate:
     params:
         code=lambda wildcards: CODE[wildcards.method],
         command=lambda wildcards, input, output: run_command(
-            wildcards.method, wildcards, input, output, EXPERIMENTS["runs"], settings_for(wildcards.method)
+            wildcards.method,
+            wildcards,
+            input,
+            output,
+            EXPERIMENTS["runs"],
+            settings_for(wildcards.method),
+            config["seeds"],
         ),
         tags=lambda wildcards: run_tags(wildcards, "train_and_evaluate"),
     script:
