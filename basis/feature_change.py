@@ -272,6 +272,17 @@ def summarize(result: FeatureChangeResult, last_fraction: float = 0.25) -> dict[
     return summary
 
 
+def centre_aspect(embedding: np.ndarray, labels: np.ndarray) -> float:
+    """How far the class centres of an embedding are from spanning its space evenly: the
+    ratio of the largest to the smallest singular value of the centred class centres (1
+    for a regular simplex; large when the classes are squeezed towards a lower-dimensional
+    set). T_G maps each new base embedding onto the previous one, so the shape the first
+    T_G gives (onto the embedding of the untrained features) is kept by every later base."""
+    centres = np.array([embedding[labels == c].mean(axis=0) for c in np.unique(labels)])
+    values = np.linalg.svd(centres - centres.mean(axis=0), compute_uv=False)
+    return float(values[0] / values[-1])
+
+
 def snapshot_arrays(result: FeatureChangeResult) -> dict[str, Any]:
     """Flat arrays for an ``.npz``: the curves, the snapshots and the t-SNE inputs."""
     arrays: dict[str, Any] = {

@@ -158,6 +158,7 @@ def test_feature_change_spectral_mse_stays_bounded_on_all_digits():
     )
     mse = arrays["history/spectral_mse/values"]
     assert len(mse) == 4 and np.isfinite(mse).all()
+    assert result["base_centre_aspect_fresh"] >= 1.0 and result["base_centre_aspect"] >= 1.0
     assert mse.max() < 1.0, mse
 
 
@@ -276,3 +277,15 @@ def test_study_cli_writes_its_results_and_refuses_unknown_settings(tmp_path):
     assert done.returncode == 2 and "unknown option(s) ['n_frame']" in done.stderr and "n_frames" in done.stderr
     done = _basis("figure", "fig4_bunny_diffusion_maps", "--input", str(tmp_path / "missing"), "--out", str(figure))
     assert done.returncode == 2 and "no arrays.npz" in done.stderr
+
+
+def test_centre_aspect_is_one_for_an_even_triangle_and_grows_as_classes_line_up(rng):
+    from basis.feature_change import centre_aspect
+
+    labels = np.repeat([0, 1, 2], 20)
+    triangle = np.array([[1.0, 0.0], [-0.5, np.sqrt(3) / 2], [-0.5, -np.sqrt(3) / 2]])
+    spread = triangle[labels] + 1e-3 * rng.standard_normal((60, 2))
+    assert centre_aspect(spread, labels) == pytest.approx(1.0, abs=0.01)
+    squeezed = spread * [1.0, 0.05]  # what an affine T_G onto nearly collinear centres does
+    assert centre_aspect(squeezed, labels) == pytest.approx(20.0, rel=0.01)
+    assert centre_aspect(spread @ [[2.0, 1.0], [-1.0, 2.0]], labels) == pytest.approx(1.0, abs=0.01)  # rotation, scale

@@ -370,7 +370,7 @@ def test_seeds_in_one_job_write_the_same_files_and_supersede_each_seeds_run(work
     new = [r for r in after if r.info.run_id not in {b.info.run_id for b in before}]
     # one run per seed, named as before, each superseding the seed's last run
     assert sorted(r.info.run_name for r in new) == sorted(
-        r.info.run_name for r in before if r.data.tags.get("superseded") != "true"
+        r.info.run_name for r in before if r.info.status == "FINISHED" and r.data.tags.get("superseded") != "true"
     )
     assert all(r.data.tags["rule"] == "train_and_evaluate" and r.info.status == "FINISHED" for r in new)
     superseding = {r.data.tags["superseded_by"] for r in after if r.data.tags.get("superseded") == "true"}
