@@ -18,6 +18,7 @@ from basis.catalog import DATASETS, method_names
 from basis.errors import InputError
 from basis.inputs import check_output, check_seed, check_store
 from basis.outputs import atomic_path, write_json
+from basis.settings import NEIGHBOR_BACKENDS
 from basis.threads import limit_threads
 from basis.timing import Progress, mark_startup, process_age, recording, report, timed
 
@@ -414,7 +415,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
         )
     else:
         result = bench.bench_reference(
-            n=args.n, dim=args.d, n_neighbors=args.k, n_components=args.k_eig, device=args.device
+            n=args.n,
+            dim=args.d,
+            n_neighbors=args.k,
+            n_components=args.k_eig,
+            device=args.device,
+            neighbors=args.neighbors,
         )
     result["threads"] = thread_report()
     _print(result, args.json)
@@ -503,6 +509,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--d", type=int, default=16, help="feature dimension")
     bench.add_argument("--k", type=int, default=50, help="neighbours")
     bench.add_argument("--k-eig", type=int, default=10, help="eigenvectors K")
+    bench.add_argument(
+        "--neighbors", default="exact", choices=NEIGHBOR_BACKENDS, help="neighbour search of the graph (reference)"
+    )
     bench.set_defaults(func=cmd_bench)
 
     tracking = sub.add_parser("tracking", help="MLflow store upkeep: create experiments, close runs of killed jobs")

@@ -99,21 +99,12 @@ def run_method(
                 sparse_affinity(data.X_test, estimator.graph_, device=str(estimator.device_)).sum(axis=1)
             ).ravel()
             result["d_G_own_basis"] = metrics.own_basis_grassmann_distance(test_embedding, reference_embedding, degrees)
+    splits = (train_embedding, data.y_train, test_embedding, data.y_test)  # each probe trains and tests on these
     with timed("probe"):
-        result["accuracy"] = metrics.linear_probe_accuracy(
-            train_embedding,
-            data.y_train,
-            test_embedding,
-            data.y_test,
-            C=ev["probe_C"],
-            max_iter=ev["probe_max_iter"],
-        )
+        result["accuracy"] = metrics.linear_probe_accuracy(*splits, C=ev["probe_C"], max_iter=ev["probe_max_iter"])
     with timed("authors_probe"):
         result["accuracy_authors"] = metrics.authors_linear_probe_accuracy(
-            train_embedding,
-            data.y_train,
-            test_embedding,
-            data.y_test,
+            *splits,
             epochs=ev["authors_probe_epochs"],
             lr=ev["authors_probe_lr"],
             batch_size=ev["authors_probe_batch_size"],

@@ -9,6 +9,7 @@ choice is a field of :class:`GraphConfig`.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -24,35 +25,93 @@ KNN_BLOCK_BYTES = 2**30
 
 
 def knn(
-    X: torch.Tensor, n_neighbors: int, *, chunk_size: int = 2048, max_block_bytes: int = KNN_BLOCK_BYTES
+    X: torch.Tensor,
+    n_neighbors: int,
+    *,
+    queries: torch.Tensor | None = None,
+    chunk_size: int = 2048,
+    max_block_bytes: int = KNN_BLOCK_BYTES,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Exact k nearest neighbours of every row of ``X`` (itself included, first).
+    """Exact k nearest neighbours among the rows of ``X`` of every row (or of the rows
+    ``queries``), the row itself included, first.
 
     Brute force in chunks of rows through one matrix product per chunk, so it runs on
     whatever device ``X`` lives on; a chunk has at most ``chunk_size`` rows and its scores
     at most ``max_block_bytes``. Returns Euclidean distances and int64 indices, both of
-    shape (n, n_neighbors), sorted by distance.
+    shape (number of queries, n_neighbors), sorted by distance.
     """
     n = X.shape[0]
     if n_neighbors > n:
         raise InputError(f"n_neighbors={n_neighbors} exceeds the number of points {n}")
+    queries = torch.arange(n, device=X.device) if queries is None else queries.to(X.device)
     chunk_size = max(1, min(chunk_size, max_block_bytes // (n * X.element_size())))
     sq_norms = (X * X).sum(dim=1)
     dists, indices = [], []
-    for start in range(0, n, chunk_size):
-        rows = X[start : start + chunk_size]
+    for start in range(0, len(queries), chunk_size):
+        chunk = queries[start : start + chunk_size]
         # ||y||^2 - 2 x.y in one fused pass; ||x||^2 is constant along a row, so it is
         # added to the k winners only.
-        scores = torch.addmm(sq_norms[None, :], rows, X.T, alpha=-2.0)
+        scores = torch.addmm(sq_norms[None, :], X[chunk], X.T, alpha=-2.0)
         # A point is its own nearest neighbour even where rounding says otherwise.
-        own = torch.arange(rows.shape[0], device=X.device)
-        scores[own, own + start] = -torch.inf
+        scores[torch.arange(len(chunk), device=X.device), chunk] = -torch.inf
         values, idx = torch.topk(scores, n_neighbors, dim=1, largest=False, sorted=True)
-        values = values + sq_norms[start : start + chunk_size, None]
+        values = values + sq_norms[chunk, None]
         values[:, 0] = 0.0
         dists.append(values.clamp_min_(0.0).sqrt_())
         indices.append(idx)
     return torch.cat(dists), torch.cat(indices)
+
+
+def faiss_knn(
+    X: np.ndarray, n_neighbors: int, backend: str, *, probe: int | None = None, lists: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Approximate k nearest neighbours of every row of ``X`` through a FAISS index
+    (``backend`` ``faiss-ivf`` or ``faiss-hnsw``, see :class:`GraphConfig`), on the CPU
+    with the threads this process may use, in the format of :func:`knn`: the row itself
+    first (at distance 0), then its neighbours by distance. A row whose probed lists
+    held fewer than k points gets its exact neighbours."""
+    try:
+        import faiss
+    except ImportError:
+        raise InputError(
+            f"graph.neighbors={backend} needs FAISS: pip install '.[faiss]' (faiss-cpu), or use neighbors=exact"
+        ) from None
+    faiss.omp_set_num_threads(torch.get_num_threads())
+    X = np.ascontiguousarray(X, dtype=np.float32)
+    n, dim = X.shape
+    if backend == "faiss-ivf":
+        lists = lists or max(1, min(n // 39, round(4 * np.sqrt(n))))  # FAISS wants >= 39 points per list
+        index = faiss.IndexIVFFlat(faiss.IndexFlatL2(dim), dim, lists)
+        index.train(X)  # k-means on a seeded sample: the same lists every time
+        index.nprobe = min(probe or 64, lists)
+    else:
+        index = faiss.IndexHNSWFlat(dim, 32)
+        index.hnsw.efSearch = max(probe or 128, n_neighbors)
+    index.add(X)
+    # One neighbour more than asked, so that the row itself can be set first and dropped
+    # from the rest wherever the index returns it.
+    squared, found = index.search(X, n_neighbors + 1)
+    own = np.arange(n)[:, None]
+    squared = np.where(found == own, np.inf, squared)
+    order = np.argsort(squared, axis=1, kind="stable")[:, : n_neighbors - 1]
+    found = np.concatenate([own, np.take_along_axis(found, order, axis=1)], axis=1)
+    squared = np.concatenate([np.zeros((n, 1), np.float32), np.take_along_axis(squared, order, axis=1)], axis=1)
+    dists, idx = torch.from_numpy(squared).clamp_min_(0.0).sqrt_(), torch.from_numpy(found.astype(np.int64))
+    short = np.flatnonzero((found < 0).any(axis=1) | ~np.isfinite(squared).all(axis=1))
+    if short.size:
+        dists[short], idx[short] = knn(torch.from_numpy(X), n_neighbors, queries=torch.from_numpy(short))
+    return dists, idx
+
+
+def neighbor_recall(X: torch.Tensor, idx: torch.Tensor, *, sample: int = 1000, seed: int = 0) -> float:
+    """Recall@k of neighbour lists ``idx`` against the exact ones, on ``sample`` random rows:
+    the mean share of each row's k exact neighbours that the list holds."""
+    n, k = idx.shape
+    rows = torch.from_numpy(np.random.default_rng(seed).choice(n, min(sample, n), replace=False))
+    _, exact = knn(X, k, queries=rows.to(X.device))
+    found = idx[rows.to(idx.device)].to(exact.device)
+    hits = (found.unsqueeze(2) == exact.unsqueeze(1)).any(dim=2).sum()
+    return float(hits) / (len(rows) * k)
 
 
 def kernel_bandwidth(neighbor_dists: torch.Tensor, config: GraphConfig) -> torch.Tensor:
@@ -95,21 +154,34 @@ def dense_affinity(X: torch.Tensor, config: GraphConfig) -> torch.Tensor:
 
 
 def sparse_affinity(
-    X: np.ndarray | torch.Tensor, config: GraphConfig, *, device: str = "cpu", timings: dict[str, float] | None = None
+    X: np.ndarray | torch.Tensor, config: GraphConfig, *, device: str = "cpu", report: dict[str, Any] | None = None
 ) -> sp.csr_matrix:
     """Symmetric kNN Gaussian affinity of a whole data set as a scipy CSR matrix.
 
-    The exact kNN runs in float32 chunks on ``device`` (a GPU where present); the
-    graph itself is assembled in float64 on the CPU.
+    The neighbours come from ``config.neighbors``: the exact kNN in float32 chunks on
+    ``device`` (a GPU where present), or a FAISS index on the CPU; the graph itself is
+    assembled in float64 on the CPU. ``report``, when given, receives ``knn_seconds``,
+    ``neighbors`` and, for an approximate search, ``neighbor_recall`` (recall@k on 1,000
+    rows against the exact search).
     """
     X_t = torch.as_tensor(np.asarray(X, dtype=np.float32), device=device)
     n = X_t.shape[0]
     if config.n_neighbors >= n:
         raise InputError(f"n_neighbors={config.n_neighbors} must be smaller than the number of points {n}")
     start = time.perf_counter()
-    dists, idx = knn(X_t, config.n_neighbors)
-    if timings is not None:
-        timings["knn_seconds"] = time.perf_counter() - start
+    if config.neighbors == "exact":
+        dists, idx = knn(X_t, config.n_neighbors)
+    else:
+        dists, idx = faiss_knn(
+            X_t.cpu().numpy(), config.n_neighbors, config.neighbors, probe=config.faiss_probe, lists=config.faiss_lists
+        )
+    if X_t.device.type == "cuda":  # the timer stops when the device has finished
+        torch.cuda.synchronize(X_t.device)
+    if report is not None:
+        report["knn_seconds"] = time.perf_counter() - start
+        report["neighbors"] = config.neighbors
+        if config.neighbors != "exact":
+            report["neighbor_recall"] = neighbor_recall(X_t, idx)
     dists = dists.double()
     weights = gaussian_weights(dists, kernel_bandwidth(dists, config), config.kernel)
     rows = np.repeat(np.arange(n, dtype=np.int64), config.n_neighbors)

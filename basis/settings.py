@@ -18,6 +18,9 @@ from basis.errors import InputError
 SCALE_RULES = ("local", "global", "fixed")
 KERNELS = ("paper", "code")
 SYMMETRIZATIONS = ("mean", "max")
+#: How a whole-set graph finds each node's neighbours: exactly (brute force, on any device)
+#: or through a FAISS index (IVF-Flat, or HNSW), for sets too large for the exact search.
+NEIGHBOR_BACKENDS = ("exact", "faiss-ivf", "faiss-hnsw")
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,18 @@ class GraphConfig:
         (W + W^T) / 2 (authors' code) or the elementwise maximum.
     self_loops : bool
         Keep W_ii = 1 (authors' code) or zero the diagonal.
+    neighbors : {"exact", "faiss-ivf", "faiss-hnsw"}
+        How a whole-set graph (a reference, a study's analytic embedding) finds the k
+        neighbours: ``exact`` brute force (the default; its numbers are the reference), or
+        an approximate FAISS index (``pip install '.[faiss]'``): ``faiss-ivf`` (IVF-Flat:
+        deterministic for a given thread count) or ``faiss-hnsw`` (HNSW, 32 links; its
+        parallel build is not). A batch's graph is always exact.
+    faiss_probe : int or None
+        The index's accuracy knob: inverted lists scanned per query (IVF, default 64) or
+        the search breadth efSearch (HNSW, default 128). Higher is slower and more exact.
+        The defaults reach recall@50 >= 0.99 on 70k 16-d clustered points (BENCHMARKS.md).
+    faiss_lists : int or None
+        IVF's number of lists (default 4 sqrt(n), at least 39 points each).
     """
 
     n_neighbors: int = 50
@@ -51,6 +66,9 @@ class GraphConfig:
     kernel: str = "paper"
     symmetrize: str = "mean"
     self_loops: bool = True
+    neighbors: str = "exact"
+    faiss_probe: int | None = None
+    faiss_lists: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.n_neighbors, int) or self.n_neighbors < 2:
@@ -58,6 +76,11 @@ class GraphConfig:
         _check_choice("scale", self.scale, SCALE_RULES)
         _check_choice("kernel", self.kernel, KERNELS)
         _check_choice("symmetrize", self.symmetrize, SYMMETRIZATIONS)
+        _check_choice("neighbors", self.neighbors, NEIGHBOR_BACKENDS)
+        for name in ("faiss_probe", "faiss_lists"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise InputError(f"{name} must be a positive integer or null, got {value!r}")
         if self.scale == "fixed" and (self.sigma is None or not self.sigma > 0):
             raise InputError("sigma must be a positive number when scale='fixed'")
         if self.scale != "fixed" and not 0 < self.scale_neighbor < self.n_neighbors:
@@ -79,7 +102,15 @@ class GraphConfig:
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The settings, leaving out the neighbour-search fields at their defaults: those
+        give the graph it always was, so settings, stored references and checkpoints
+        written before the fields existed stay valid."""
+        return {k: v for k, v in asdict(self).items() if k not in ADDED_DEFAULTS or v != ADDED_DEFAULTS[k]}
+
+
+#: Fields added to GraphConfig after references were first stored, with the default that
+#: reproduces the graph from before (recorded only when set otherwise).
+ADDED_DEFAULTS: dict[str, Any] = {"neighbors": "exact", "faiss_probe": None, "faiss_lists": None}
 
 
 def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
@@ -250,8 +281,9 @@ def resolve_settings(
     for dotted, value in items:
         path = dotted.split(".")
         if path[0] in ("graph", "eval") and len(path) == 2:
-            if path[1] not in settings[path[0]]:
-                raise InputError(f"unknown key {dotted!r}; valid {path[0]} keys: {sorted(settings[path[0]])}")
+            known = {f.name for f in fields(GraphConfig)} if path[0] == "graph" else set(settings["eval"])
+            if path[1] not in known:
+                raise InputError(f"unknown key {dotted!r}; valid {path[0]} keys: {sorted(known)}")
             check_value(dotted, value, _annotation(path[0], path[1], method))
             settings[path[0]][path[1]] = value
         elif path[0] in ("graph", "eval") and len(path) == 1:
@@ -262,11 +294,12 @@ def resolve_settings(
         else:
             valid = (
                 sorted((set(settings) | method_keys) - {"graph", "eval"})
-                + [f"graph.{k}" for k in PROTOCOL["graph"]]
+                + [f"graph.{f.name}" for f in fields(GraphConfig)]
                 + [f"eval.{k}" for k in PROTOCOL["eval"]]
             )
             raise InputError(f"unknown key {dotted!r} for method {method!r}; valid: {valid}")
-    GraphConfig.from_dict(settings["graph"])  # fail early on bad graph values
+    # Checked early, and in its recorded form (neighbour-search fields at their default left out).
+    settings["graph"] = GraphConfig.from_dict(settings["graph"]).to_dict()
     check_ranges(settings)
     return settings
 

@@ -80,8 +80,10 @@ def connected_components(W: np.ndarray | torch.Tensor | sp.spmatrix) -> tuple[in
     return int(n_components), labels
 
 
-def check_connected(W, n_eigenvectors: int, on_disconnected: str = "warn") -> int:
+def check_connected(W, n_eigenvectors: int, on_disconnected: str = "warn") -> tuple[int, np.ndarray]:
     """Report a disconnected graph; refuse one whose null space exceeds the request.
+    Returns the number of components and each node's component (computed once here, for
+    the caller to reuse).
 
     With c components the smallest eigenvalue has multiplicity c. If c exceeds the
     number of eigenvectors asked for, any returned basis is an arbitrary slice of that
@@ -90,9 +92,9 @@ def check_connected(W, n_eigenvectors: int, on_disconnected: str = "warn") -> in
     """
     if on_disconnected not in ON_DISCONNECTED:
         raise InputError(f"on_disconnected must be one of {list(ON_DISCONNECTED)}, got {on_disconnected!r}")
-    n_components, _ = connected_components(W)
+    n_components, labels = connected_components(W)
     if n_components == 1:
-        return 1
+        return 1, labels
     message = (
         f"the graph has {n_components} connected components; its leading eigenvectors are"
         " indicator-like and the trivial vector is not unique. Increase n_neighbors or the"
@@ -102,7 +104,7 @@ def check_connected(W, n_eigenvectors: int, on_disconnected: str = "warn") -> in
         raise InputError(message + f" ({n_eigenvectors} eigenvectors were requested)")
     if on_disconnected == "warn":
         warnings.warn(message, DisconnectedGraphWarning, stacklevel=3)
-    return n_components
+    return n_components, labels
 
 
 def _check_request(operator: str, n_components: int, n_nodes: int, drop_trivial: bool) -> int:
@@ -198,7 +200,7 @@ def sparse_spectral_embedding(
     W = sp.csr_matrix(W, dtype=np.float64)
     n = W.shape[0]
     n_eig = _check_request(operator, n_components, n, drop_trivial)
-    check_connected(W, n_eig, on_disconnected)
+    n_null, labels = check_connected(W, n_eig, on_disconnected)
     degrees = np.asarray(W.sum(axis=1)).ravel()
     if operator == "unnormalized":
         lap, shift = sp.diags(degrees) - W, 2.0 * degrees.max()
@@ -209,7 +211,6 @@ def sparse_spectral_embedding(
     # bound of its spectrum (Gershgorin for L, 2 for L_N), which Lanczos finds fastest.
     flipped = shift * sp.eye(n) - lap
     v0 = np.random.default_rng(seed).standard_normal(n)
-    n_null, labels = connected_components(W)
     if n_null == 1:
         vals, vecs = scipy.sparse.linalg.eigsh(flipped, k=n_eig, which="LA", v0=v0, tol=tol)
     else:

@@ -265,6 +265,8 @@ def test_a_config_key_given_twice_is_refused_naming_it_and_its_lines(workdir):
         ("methods.basis", "n_iter", -5, "n_iter=-5 is out of range: expected >= 1"),
         ("methods.basis", "anchor_outliers", 1.5, "anchor_outliers=1.5 is out of range: expected in [0, 1)"),
         ("methods.basis", "ransac_confidence", 1.5, "ransac_confidence=1.5 is out of range"),
+        ("protocol.graph", "neighbors", "annoy", "'annoy' is not one of ['exact', 'faiss-ivf', 'faiss-hnsw']"),
+        ("protocol.graph", "faiss_probe", 0, "0 is less than the minimum of 1"),
     ],
 )
 def test_a_config_setting_out_of_range_is_refused_by_a_dry_run(workdir, section, key, value, message):
@@ -401,3 +403,20 @@ def test_the_slurm_profile_sends_the_figures_and_the_knn_runs_as_group_jobs(work
     assert done.returncode == 0, done.stderr[-3000:]
     output = done.stdout + done.stderr
     assert output.count("Group job figures") == 1 and output.count("Group job knn") == 1
+
+
+def test_a_reference_on_faiss_neighbours_reports_its_recall_and_is_reused_only_as_such(tmp_path):
+    pytest.importorskip("faiss")
+    ref = tmp_path / "ref.npz"
+    neighbours = ["--set", "graph.neighbors=faiss-ivf"]
+    done = _basis("reference", "--dataset", "blobs", "--out", str(ref), "--json", "--device", "cpu", *neighbours)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["neighbors"] == "faiss-ivf" and 0.9 <= summary["neighbor_recall"] <= 1.0
+    with np.load(ref) as stored:
+        assert json.loads(str(stored["report"]))["neighbor_recall"] == summary["neighbor_recall"]
+    common = ["run", "--method", "basis", "--dataset", "blobs", "--json", "--device", "cpu", "--reference", str(ref)]
+    common += ["--set", "n_iter=5", "--set", "batch_size=128", "--set", "anchors_per_class=5"]
+    assert _basis(*common, *neighbours).returncode == 0
+    done = _basis(*common)  # exact neighbours asked, approximate ones stored
+    assert done.returncode == 2 and "was computed with" in done.stderr

@@ -268,3 +268,77 @@ def test_authors_probe_trains_to_the_same_floats_as_autograd_and_torch_adam(rng,
     expected = _autograd_probe(X, y, epochs=7, lr=1e-2, batch_size=100, seed=4)
     weight, bias = metrics._train_authors_probe(X, y, epochs=7, lr=1e-2, batch_size=100, seed=4)
     assert torch.equal(weight, expected[0]) and torch.equal(bias, expected[1])
+
+
+def test_knn_of_chosen_queries_equals_those_rows_of_the_full_search():
+    from basis.graph import knn
+
+    X = torch.as_tensor(np.random.default_rng(1).normal(size=(300, 6)), dtype=torch.float32)
+    dists, indices = knn(X, 8)
+    rows = torch.tensor([0, 17, 299, 5])
+    some_dists, some_indices = knn(X, 8, queries=rows)
+    assert torch.equal(some_indices, indices[rows]) and torch.allclose(some_dists, dists[rows])
+
+
+@pytest.mark.parametrize("backend", ["faiss-ivf", "faiss-hnsw"])
+def test_faiss_neighbours_come_in_the_exact_searchs_format_and_recall(backend):
+    pytest.importorskip("faiss")
+    from basis.graph import faiss_knn, knn, neighbor_recall
+
+    X = np.random.default_rng(2).normal(size=(3000, 8)).astype(np.float32)
+    X[10] = X[11]  # a duplicate: each is the other's neighbour at distance 0, itself still first
+    dists, indices = faiss_knn(X, 15, backend)
+    exact_dists, exact_indices = knn(torch.from_numpy(X), 15)
+    assert indices.dtype == torch.int64 and dists.shape == indices.shape == (3000, 15)
+    assert torch.equal(indices[:, 0], torch.arange(3000)) and float(dists[:, 0].abs().max()) == 0.0
+    assert bool((dists[:, 1:] >= dists[:, :-1]).all())  # sorted
+    assert (indices[10] == 11).any() and (indices[11] == 10).any()
+    recall = neighbor_recall(torch.from_numpy(X), indices, sample=500)
+    assert 0.9 <= recall <= 1.0 and neighbor_recall(torch.from_numpy(X), exact_indices, sample=500) == 1.0
+
+
+def test_an_exhaustive_ivf_search_gives_the_exact_graph():
+    pytest.importorskip("faiss")
+    X = np.random.default_rng(3).normal(size=(1500, 5)).astype(np.float32)
+    report = {}
+    # probing every list scans every point: the neighbours, so the graph, are the exact ones
+    faiss_graph = sparse_affinity(X, GraphConfig(n_neighbors=12, neighbors="faiss-ivf", faiss_probe=38), report=report)
+    exact_graph = sparse_affinity(X, GraphConfig(n_neighbors=12))
+    assert report["neighbors"] == "faiss-ivf" and report["neighbor_recall"] == 1.0
+    assert abs(faiss_graph - exact_graph).max() < 1e-6
+
+
+def test_a_faiss_graph_without_faiss_installed_names_the_extra(monkeypatch):
+    import builtins
+
+    from basis.errors import InputError
+
+    real_import = builtins.__import__
+
+    def without_faiss(name, *args, **kwargs):
+        if name == "faiss":
+            raise ImportError("No module named 'faiss'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", without_faiss)
+    with pytest.raises(InputError, match=r"pip install '\.\[faiss\]'"):
+        sparse_affinity(
+            np.zeros((50, 2), np.float32) + np.arange(50)[:, None],
+            GraphConfig(n_neighbors=5, scale_neighbor=2, neighbors="faiss-ivf"),
+        )
+
+
+def test_the_neighbour_fields_at_their_defaults_leave_the_recorded_settings_as_they_were():
+    # Stored references and checkpoints from before the fields compare their settings with these.
+    assert GraphConfig().to_dict() == {
+        "n_neighbors": 50,
+        "scale": "local",
+        "scale_neighbor": 7,
+        "sigma": None,
+        "kernel": "paper",
+        "symmetrize": "mean",
+        "self_loops": True,
+    }
+    assert GraphConfig(neighbors="faiss-ivf", faiss_probe=8).to_dict()["neighbors"] == "faiss-ivf"
+    with pytest.raises(Exception, match="faiss_probe"):
+        GraphConfig(faiss_probe=0)

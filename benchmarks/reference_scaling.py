@@ -1,0 +1,98 @@
+"""The analytic reference embedding's cost as n grows, by neighbour backend.
+
+Each (n, backend) runs as its own ``python -m basis bench reference`` process, so that its
+peak RSS is its own: clustered 16-d points, k = 50, K = 10. Prints a markdown table (kNN,
+graph, eigensolve, total, peak RSS, recall@k) and writes a log-log plot of time and memory
+against n. At the smallest n it also compares the two references: d_G between the
+embedding on FAISS neighbours and the one on exact neighbours.
+
+    python benchmarks/reference_scaling.py --n 70000 300000 1000000 --exact-up-to 300000 \
+        --plot results/benchmarks/reference_scaling.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+
+def bench(n: int, backend: str, threads: int | None) -> dict:
+    command = [sys.executable, "-m", "basis", "bench", "reference", "--n", str(n), "--neighbors", backend, "--json"]
+    if threads:
+        command += ["--threads", str(threads)]
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout)
+
+
+def reference_distance(n: int, backend: str) -> float:
+    """d_G between the references on ``backend``'s neighbours and on exact ones."""
+    from basis.bench import clustered_data
+    from basis.graph import GraphConfig, sparse_affinity
+    from basis.metrics import grassmann_distance
+    from basis.spectral import sparse_spectral_embedding
+
+    X, _ = clustered_data(n, 16, 10, 0)
+    embeddings = [
+        sparse_spectral_embedding(
+            sparse_affinity(X, GraphConfig(n_neighbors=50, neighbors=b)), 10, on_disconnected="ignore"
+        )[0]
+        for b in ("exact", backend)
+    ]
+    return grassmann_distance(*embeddings)
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (time_ax, memory_ax) = plt.subplots(1, 2, figsize=(9, 3.5))
+    for backend in sorted({r["neighbors"] for r in rows}):
+        mine = sorted((r for r in rows if r["neighbors"] == backend), key=lambda r: r["settings"]["n"])
+        ns = [r["settings"]["n"] for r in mine]
+        time_ax.loglog(ns, [r["seconds"] for r in mine], "o-", label=backend)
+        memory_ax.loglog(ns, [r["peak_rss_mb"] / 1024 for r in mine], "o-", label=backend)
+    time_ax.set(xlabel="n", ylabel="seconds", title="reference: total time")
+    memory_ax.set(xlabel="n", ylabel="GB", title="peak RSS")
+    time_ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, nargs="+", default=[70_000, 300_000, 1_000_000])
+    parser.add_argument("--backend", default="faiss-ivf")
+    parser.add_argument("--exact-up-to", type=int, default=300_000, help="largest n for the exact search")
+    parser.add_argument("--threads", type=int, help="threads per run (default: every core)")
+    parser.add_argument("--plot", type=Path, default=Path("results/benchmarks/reference_scaling.png"))
+    args = parser.parse_args()
+    rows = []
+    print("| n | neighbours | kNN s | graph s | eigensolve s | total s | peak RSS GB | recall@50 |")
+    print("|---|---|---|---|---|---|---|---|")
+    for n in args.n:
+        for backend in ("exact", args.backend):
+            if backend == "exact" and n > args.exact_up_to:
+                continue
+            row = bench(n, backend, args.threads)
+            rows.append(row)
+            print(
+                f"| {n:,} | {backend} | {row['knn_seconds']:.1f} | {row['graph_seconds']:.1f}"
+                f" | {row['eigen_seconds']:.1f} | {row['seconds']:.1f} | {row['peak_rss_mb'] / 1024:.2f}"
+                f" | {row['neighbor_recall']:.4f} |",
+                flush=True,
+            )
+    plot(rows, args.plot)
+    smallest = min(args.n)
+    print(f"\nd_G between the {smallest:,}-point references on {args.backend} and exact neighbours:", end=" ")
+    print(f"{reference_distance(smallest, args.backend):.2e}")
+    print(f"plot: {args.plot}")
+
+
+if __name__ == "__main__":
+    main()
