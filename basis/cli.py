@@ -232,10 +232,19 @@ def cmd_reference(args: argparse.Namespace) -> int:
 
     mark_startup()
     settings = resolve_settings("basis", assignments=args.set, dataset=args.dataset)
+    device = str(resolve_device(args.device))
+    check_output(args.out, folder=False)
     with timed("load"):
         data = load_inputs(args.dataset, args.features, seed=args.data_seed, root=args.data_root)
-    with timed("reference"):
-        summary = save_reference(args.out, data, settings, device=str(resolve_device(args.device)))
+    tags = {"dataset": args.dataset, "neighbors": settings["graph"].get("neighbors", "exact")}
+    with _maybe_tracked(args, f"{args.dataset}-reference", tags) as run:
+        if run:
+            graph = {f"graph.{key}": value for key, value in settings["graph"].items()}
+            run.log_params({"dataset": args.dataset, "device": device, "threads": args.threads, **graph})
+        with timed("reference"):
+            summary = save_reference(args.out, data, settings, device=device)
+        if run:  # the cost by stage and, for approximate neighbours, their recall@k
+            run.log_metrics({k: v for k, v in summary.items() if k.endswith("seconds") or k == "neighbor_recall"})
     _print(summary, args.json)
     return 0
 
@@ -520,13 +529,13 @@ def build_parser() -> argparse.ArgumentParser:
     tracking.add_argument("--flag", help="file to write once the experiments exist (setup)")
     tracking.set_defaults(func=cmd_tracking)
 
-    for command in (run, features, study, figure):
+    for command in (run, features, study, figure, reference):
         command.add_argument("--track", metavar="EXPERIMENT", help="log this job as one MLflow run in EXPERIMENT")
         command.add_argument(
             "--tag", action="append", default=[], metavar="KEY=VALUE", help="extra run tag (with --track)"
         )
         command.add_argument("--parent", help="name of the run this one is grouped under, e.g. a sweep (with --track)")
-    for command in (run, features, study, figure, tracking, embed):
+    for command in (run, features, study, figure, reference, tracking, embed):
         command.add_argument(
             "--store", default="results/mlflow", help="folder of the SQLite store (unless MLFLOW_TRACKING_URI is set)"
         )

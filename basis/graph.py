@@ -18,10 +18,24 @@ import torch
 from basis.errors import InputError
 from basis.settings import GraphConfig
 
-#: Largest block of scores one chunk of the kNN holds (bytes): the chunk of rows shrinks as
-#: n grows so that memory stays flat (at 1M points, 2,048 rows would be 8 GB of scores).
-#: Sets of up to ~130k float32 points keep full 2,048-row chunks.
+#: Largest block of scores one chunk of the kNN holds on the host (bytes): the chunk of
+#: rows shrinks as n grows so that memory stays flat (at 1M points, 2,048 rows would be 8 GB
+#: of scores). Sets of up to ~130k float32 points keep full 2,048-row chunks.
 KNN_BLOCK_BYTES = 2**30
+#: Share of a GPU's free memory one chunk's scores may take (top-k and the rest need room too).
+DEVICE_BLOCK_SHARE = 0.25
+
+
+def score_block_bytes(device: torch.device) -> int:
+    """Bytes one kNN chunk's scores may take on ``device``: a quarter of the memory free on
+    a GPU now (so that a 1M-point set gets chunks of thousands of rows, not hundreds), and
+    :data:`KNN_BLOCK_BYTES` on the host, or less when the host has less available."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free * DEVICE_BLOCK_SHARE)
+    import psutil
+
+    return int(min(KNN_BLOCK_BYTES, psutil.virtual_memory().available // 4))
 
 
 def knn(
@@ -30,20 +44,22 @@ def knn(
     *,
     queries: torch.Tensor | None = None,
     chunk_size: int = 2048,
-    max_block_bytes: int = KNN_BLOCK_BYTES,
+    max_block_bytes: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact k nearest neighbours among the rows of ``X`` of every row (or of the rows
     ``queries``), the row itself included, first.
 
     Brute force in chunks of rows through one matrix product per chunk, so it runs on
     whatever device ``X`` lives on; a chunk has at most ``chunk_size`` rows and its scores
-    at most ``max_block_bytes``. Returns Euclidean distances and int64 indices, both of
-    shape (number of queries, n_neighbors), sorted by distance.
+    at most ``max_block_bytes`` (default: :func:`score_block_bytes`). Returns Euclidean
+    distances and int64 indices, both of shape (number of queries, n_neighbors), sorted by
+    distance.
     """
     n = X.shape[0]
     if n_neighbors > n:
         raise InputError(f"n_neighbors={n_neighbors} exceeds the number of points {n}")
     queries = torch.arange(n, device=X.device) if queries is None else queries.to(X.device)
+    max_block_bytes = score_block_bytes(X.device) if max_block_bytes is None else max_block_bytes
     chunk_size = max(1, min(chunk_size, max_block_bytes // (n * X.element_size())))
     sq_norms = (X * X).sum(dim=1)
     dists, indices = [], []

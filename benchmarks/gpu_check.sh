@@ -63,6 +63,9 @@ done
 check run_specnet2_neighbor run --method specnet2 --dataset digits --features "$OUT/digits_features.npz" \
     --reference "$OUT/digits_reference.npz" "${graph[@]}" "${short[@]}" --set gradient=neighbor
 check run_basis_two_moons run --method basis --dataset two_moons --set n_iter=30
+check run_basis_seeds run --method basis --dataset two_moons --set n_iter=30 --seeds 0 1  # seeds in one process
+check reference_faiss reference --dataset digits --features "$OUT/digits_features.npz" \
+    --out "$OUT/digits_reference_faiss.npz" "${graph[@]}" --set graph.neighbors=faiss-ivf
 
 for toy in three_moons two_moons circles blobs spirals; do
     check "study_toy_$toy" study toy --out "$OUT/studies/toy_$toy" --set dataset=$toy --set n_samples=1500 --set n_iter=30
@@ -87,6 +90,11 @@ check study_alignment_error study alignment_error --out "$OUT/studies/alignment_
 
 check bench_step bench step
 check bench_reference bench reference --n 70000
+check bench_reference_faiss bench reference --n 70000 --neighbors faiss-ivf
+if [ "$DEVICE" != cpu ]; then  # a million points: the exact search on the device, and FAISS (#21's floors)
+    check bench_reference_1m bench reference --n 1000000
+    check bench_reference_1m_faiss bench reference --n 1000000 --neighbors faiss-ivf
+fi
 
 echo "gpu_check on $DEVICE: $failures failure(s)"
 [ "$failures" -eq 0 ]

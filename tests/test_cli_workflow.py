@@ -407,12 +407,20 @@ def test_the_slurm_profile_sends_the_figures_and_the_knn_runs_as_group_jobs(work
 
 def test_a_reference_on_faiss_neighbours_reports_its_recall_and_is_reused_only_as_such(tmp_path):
     pytest.importorskip("faiss")
-    ref = tmp_path / "ref.npz"
+    ref, store = tmp_path / "ref.npz", tmp_path / "store"
     neighbours = ["--set", "graph.neighbors=faiss-ivf"]
-    done = _basis("reference", "--dataset", "blobs", "--out", str(ref), "--json", "--device", "cpu", *neighbours)
+    tracked = ["--track", "refs", "--store", str(store)]
+    done = _basis(
+        "reference", "--dataset", "blobs", "--out", str(ref), "--json", "--device", "cpu", *neighbours, *tracked
+    )
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     assert summary["neighbors"] == "faiss-ivf" and 0.9 <= summary["neighbor_recall"] <= 1.0
+    from basis.tracking import client
+
+    [run] = client(store).search_runs([client(store).get_experiment_by_name("refs").experiment_id])
+    assert run.data.tags["neighbors"] == "faiss-ivf" and run.data.params["graph.neighbors"] == "faiss-ivf"
+    assert run.data.metrics["neighbor_recall"] == summary["neighbor_recall"] and "eigen_seconds" in run.data.metrics
     with np.load(ref) as stored:
         assert json.loads(str(stored["report"]))["neighbor_recall"] == summary["neighbor_recall"]
     common = ["run", "--method", "basis", "--dataset", "blobs", "--json", "--device", "cpu", "--reference", str(ref)]

@@ -342,3 +342,17 @@ def test_the_neighbour_fields_at_their_defaults_leave_the_recorded_settings_as_t
     assert GraphConfig(neighbors="faiss-ivf", faiss_probe=8).to_dict()["neighbors"] == "faiss-ivf"
     with pytest.raises(Exception, match="faiss_probe"):
         GraphConfig(faiss_probe=0)
+
+
+def test_the_knn_score_block_follows_the_memory_the_host_has(monkeypatch):
+    import psutil
+
+    from basis import graph
+
+    class Scarce:
+        available = 40_000_000  # 40 MB free: a quarter of it, not the 1 GiB cap
+
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: Scarce)
+    assert graph.score_block_bytes(torch.device("cpu")) == 10_000_000
+    monkeypatch.undo()
+    assert graph.score_block_bytes(torch.device("cpu")) <= graph.KNN_BLOCK_BYTES

@@ -125,7 +125,7 @@ def test_mlflow_holds_every_run_with_its_metrics(workflow):
     assert parent.info.run_name == "digits: Table 1 seeds"
     assert {"basis/nmi/mean", "specnet2/d_G_own_basis/mean", "specnet1/accuracy/std"} <= set(parent.data.metrics)
     # every run name is unique in its experiment (sweep values and settings are in the name)
-    for stage in ("runs", "sensitivity", "ablation", "studies"):
+    for stage in ("runs", "sensitivity", "ablation", "studies", "references"):
         current = [r.info.run_name for r in runs(workflow, stage)[1] if "superseded" not in r.data.tags]
         assert len(current) == len(set(current)), (stage, current)
     # each job's log starts with the command that reruns it and shows progress
@@ -144,6 +144,10 @@ def test_mlflow_holds_every_run_with_its_metrics(workflow):
     assert len(studies) == 9 and all(r.info.status == "FINISHED" for r in studies)
     # three alignments, on clean anchors and with anchor outliers
     assert len(runs(workflow, "sensitivity")[1]) == 4 and len(runs(workflow, "ablation")[1]) == 6
+    # Table 1's reference and the sweep's two: each logs its cost by stage and its neighbour search
+    _, references = runs(workflow, "references")
+    assert len(references) == 3 and all(r.data.tags["neighbors"] == "exact" for r in references)
+    assert all({"knn_seconds", "graph_seconds", "eigen_seconds"} <= set(r.data.metrics) for r in references)
 
 
 def test_every_figure_and_study_number_is_there(workflow):

@@ -26,7 +26,7 @@ for configfile_path in workflow.configfiles:  # a key given twice would silently
     check_yaml_file(configfile_path)
 validate(config, schema="../schemas/config.schema.yaml")
 
-STAGES = ("features", "runs", "studies", "sensitivity", "ablation", "paper")
+STAGES = ("features", "references", "runs", "studies", "sensitivity", "ablation", "paper")
 EXPERIMENTS = {stage: f"{config['tracking']['experiment_prefix']}-{stage}" for stage in STAGES}
 STUDIES_CONFIG = config["experiments"]
 
@@ -196,13 +196,17 @@ def features_option(input):
 
 
 def reference_command(wildcards, input, output, settings):
-    """`python -m basis reference`: the analytic embedding of a data set's test split."""
+    """`python -m basis reference`: the analytic embedding of a data set's test split,
+    logged as a run of the references experiment (its cost by stage, the neighbour
+    search and its recall)."""
     return [
         "reference",
         "--dataset",
         wildcards.dataset,
         "--out",
         output[0],
+        "--track",
+        EXPERIMENTS["references"],
         "--data-root",
         config["data_root"],
         "--data-seed",
@@ -306,6 +310,12 @@ def check_config():
             resolve_settings("basis", overrides=overrides, assignments=protocol, dataset=dataset)
         except ValueError as err:
             raise ValueError(f"config: experiments.ablation.settings: {err}") from None
+
+
+def reference_tags(wildcards, rule, variant=None):
+    """MLflow tags of a reference job: a reference depends on the graph settings and the features."""
+    section = {"protocol": {k: config["protocol"][k] for k in REFERENCE_KEYS}, "features": config["features"]}
+    return run_tags(wildcards, rule, variant, section=section)
 
 
 def run_tags(wildcards, rule, variant=None, section=None):

@@ -1,5 +1,6 @@
 rule reference_embedding:
     input:
+        flag=TRACKING_FLAG,
         data="results/data/{dataset}.json",
         features=feature_input,
     output:
@@ -18,6 +19,6 @@ rule reference_embedding:
         command=lambda wildcards, input, output: reference_command(
             wildcards, input, output, protocol_settings(REFERENCE_KEYS)
         ),
-        tags=[],
+        tags=lambda wildcards: reference_tags(wildcards, "reference_embedding"),
     script:
         "../scripts/basis_command.py"

@@ -2,6 +2,7 @@
 # experiments.knn.seeds runs per point, against a reference embedding of the same graph.
 rule knn_reference:
     input:
+        flag=TRACKING_FLAG,
         data="results/data/{dataset}.json",
         features=feature_input,
     output:
@@ -18,7 +19,7 @@ rule knn_reference:
         command=lambda wildcards, input, output: reference_command(
             wildcards, input, output, protocol_settings(REFERENCE_KEYS) + [f"graph.n_neighbors={wildcards.k}"]
         ),
-        tags=[],
+        tags=lambda wildcards: reference_tags(wildcards, "knn_reference", f"k{wildcards.k}"),
     script:
         "../scripts/basis_command.py"
 
