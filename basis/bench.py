@@ -33,7 +33,8 @@ def bench_step(
     device: str = "auto",
     seed: int = 0,
 ) -> dict[str, Any]:
-    """Median wall time of one BASiS iteration and of its parts, in milliseconds."""
+    """Median wall time of one BASiS iteration and of its parts, in milliseconds, and what
+    an iteration would make a CUDA host wait for (:func:`count_host_syncs`)."""
     X, y = clustered_data(max(20 * batch_size, 10_000), dim, n_components, seed)
     records: list[dict[str, float]] = []
     estimator = BASiS(
@@ -50,6 +51,7 @@ def bench_step(
     kept = records[warmup:]
     parts = sorted(k for k in kept[0] if k.startswith("ms_") and k != "ms_step")
     return {
+        "host_syncs_per_iteration": count_host_syncs(batch_size, n_components, dim, n_neighbors, seed=seed),
         "ms_per_iteration": {
             "total": float(np.median([r["ms_step"] for r in kept])),
             **{k[3:]: float(np.median([r[k] for r in kept])) for k in parts},
@@ -65,6 +67,42 @@ def bench_step(
         "note": "graph, eigensolve and alignment of batch t+1 run in a worker thread while the gradient step of"
         " batch t runs; total is the wall time per iteration",
     }
+
+
+def count_host_syncs(
+    batch_size: int = 512, n_components: int = 10, dim: int = 16, n_neighbors: int = 50, n_iter: int = 12, seed: int = 0
+) -> dict[str, Any]:
+    """What each BASiS iteration would make a CUDA host wait for (:mod:`basis.syncs`),
+    counted on the CPU with one thread, so that the pipeline's stages run on this thread:
+    the median over iterations of the total, and the kinds of the median iteration. The
+    last iteration prepares no next batch and is left out."""
+    from collections import Counter
+
+    from basis.syncs import HostSyncCounter
+
+    X, y = clustered_data(max(20 * batch_size, 10_000), dim, n_components, seed)
+    snapshots: list[Counter] = []
+    budget = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with HostSyncCounter() as syncs:
+            estimator = BASiS(
+                n_components,
+                graph=GraphConfig(n_neighbors=n_neighbors),
+                batch_size=batch_size,
+                n_iter=n_iter,
+                anchors_per_class=25,
+                device="cpu",
+                seed=seed,
+                callback=lambda step, info: snapshots.append(Counter(syncs.counts)),
+            )
+            estimator.fit(X, y)
+    finally:
+        torch.set_num_threads(budget)
+    per_iteration = [after - before for before, after in zip(snapshots, snapshots[1:])][:-1]
+    totals = [sum(c.values()) for c in per_iteration]
+    median = sorted(range(len(totals)), key=totals.__getitem__)[len(totals) // 2]
+    return {"total": totals[median], "by_kind": dict(sorted(per_iteration[median].items()))}
 
 
 def bench_reference(

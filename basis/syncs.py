@@ -1,0 +1,88 @@
+"""Count what would make a CUDA host wait for its device, on any device (the CPU included).
+
+A GPU step is fast only if the host queues work without waiting for results. Each of these
+waits on CUDA: reading a value into Python (``.item()``, ``float(t)``, ``bool(t)``: the
+``_local_scalar_dense`` op), ops whose output shape depends on the data (``nonzero``,
+boolean-mask indexing and ``masked_select``), copies to the host (``.cpu()``, ``.to("cpu")``),
+and handing a tensor to numpy or scipy (``.numpy()``, ``np.asarray(t)``, ``.tolist()``).
+:class:`HostSyncCounter` counts them by name while it is active, through a
+``TorchDispatchMode`` (for the ops) and by wrapping the tensor methods that leave torch. On
+the CPU none of these costs a wait, which is why they must be counted rather than timed.
+
+The mode is thread-local: count a training loop with one torch thread, where BASiS runs its
+pipeline's stages in turn on the calling thread.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+aten = torch.ops.aten
+
+#: Ops that read a device value into the host, or whose output size depends on the data.
+_DATA_DEPENDENT = {
+    aten._local_scalar_dense.default: "item",
+    aten.nonzero.default: "nonzero",
+    aten.masked_select.default: "masked_select",
+}
+#: Tensor methods that hand data to numpy or Python, or to the host (each a device-to-host
+#: copy on CUDA; ``cpu`` is counted here only where it is a no-op, on CPU tensors, since on
+#: CUDA its copy is counted as an op).
+_LEAVING_TORCH = ("numpy", "tolist", "cpu")
+
+
+class HostSyncCounter(TorchDispatchMode):
+    """``with HostSyncCounter() as syncs: ...`` then ``syncs.counts`` (a Counter by kind)
+    and ``syncs.total``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: Counter[str] = Counter()
+        self._originals: dict[str, Any] = {}
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        kind = _DATA_DEPENDENT.get(func)
+        if kind is None and func in (aten.index.Tensor, aten.index_put.default, aten.index_put_.default):
+            if any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in args[1] if i is not None):
+                kind = "boolean_mask"
+        if kind is None and func is aten._to_copy.default and _to_host(args[0], kwargs):
+            kind = "copy_to_host"
+        if kind is not None:
+            self.counts[kind] += 1
+        return func(*args, **kwargs)
+
+    def __enter__(self) -> "HostSyncCounter":
+        for name in _LEAVING_TORCH:
+            original = getattr(torch.Tensor, name)
+            self._originals[name] = original
+            setattr(torch.Tensor, name, _counted(original, name, self.counts))
+        return super().__enter__()
+
+    def __exit__(self, *exc) -> None:
+        for name, original in self._originals.items():
+            setattr(torch.Tensor, name, original)
+        self._originals.clear()
+        return super().__exit__(*exc)
+
+
+def _to_host(tensor: torch.Tensor, kwargs: dict) -> bool:
+    target = kwargs.get("device")
+    return target is not None and torch.device(target).type == "cpu" and tensor.device.type != "cpu"
+
+
+def _counted(method, name: str, counts: Counter):
+    def wrapper(self, *args, **kwargs):
+        if name != "cpu" or self.device.type == "cpu":
+            counts["copy_to_host" if name == "cpu" else name] += 1
+        return method(self, *args, **kwargs)
+
+    return wrapper

@@ -1,0 +1,37 @@
+"""The host-sync audit (basis.syncs): it counts what would make a CUDA host wait, on the CPU."""
+
+import numpy as np
+import torch
+
+from basis.bench import count_host_syncs
+from basis.syncs import HostSyncCounter
+
+
+def test_each_kind_of_host_wait_is_counted_and_plain_tensor_work_is_not():
+    t = torch.arange(6.0)
+    with HostSyncCounter() as syncs:
+        u = (t * 2 + 1) @ t  # device work only
+        t.sum().item(), float(t.max()), bool(t.any())
+        t[t > 2], torch.nonzero(t), torch.masked_select(t, t > 0)
+        t.numpy(), np.asarray(t), t.tolist(), t.cpu()
+    assert u.shape == ()
+    assert syncs.counts == {
+        "item": 3,
+        "boolean_mask": 1,
+        "nonzero": 1,
+        "masked_select": 1,
+        "numpy": 2,
+        "tolist": 1,
+        "copy_to_host": 1,
+    }
+    t.numpy()  # the counter is gone after the block, and the tensor methods are torch's again
+    assert syncs.total == 10 and torch.Tensor.numpy.__qualname__ == "TensorBase.numpy"
+
+
+def test_a_basis_iteration_is_audited_by_kind():
+    # Today's count is the starting point of #20 (BENCHMARKS.md); the audit must see the
+    # iteration's scalar reads at least (the loss, the inlier fraction).
+    threads = torch.get_num_threads()
+    report = count_host_syncs(batch_size=128, n_components=4, n_neighbors=10, n_iter=6)
+    assert report["total"] == sum(report["by_kind"].values()) and report["by_kind"].get("item", 0) >= 2
+    assert torch.get_num_threads() == threads  # counted with one thread, then restored
