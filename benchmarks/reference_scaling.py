@@ -6,8 +6,7 @@ graph, eigensolve, total, peak RSS, recall@k) and writes a log-log plot of time 
 against n. At the smallest n it also compares the two references: d_G between the
 embedding on FAISS neighbours and the one on exact neighbours.
 
-    python benchmarks/reference_scaling.py --n 70000 300000 1000000 --exact-up-to 300000 \
-        --plot results/benchmarks/reference_scaling.png
+    python benchmarks/reference_scaling.py --n 70000 300000 1000000 --exact-up-to 300000
 """
 
 from __future__ import annotations
@@ -70,7 +69,7 @@ def main() -> None:
     parser.add_argument("--backend", default="faiss-ivf")
     parser.add_argument("--exact-up-to", type=int, default=300_000, help="largest n for the exact search")
     parser.add_argument("--threads", type=int, help="threads per run (default: every core)")
-    parser.add_argument("--plot", type=Path, default=Path("results/benchmarks/reference_scaling.png"))
+    parser.add_argument("--plot", type=Path, default=Path("benchmarks/reference_scaling.png"))
     args = parser.parse_args()
     rows = []
     print("| n | neighbours | kNN s | graph s | eigensolve s | total s | peak RSS GB | recall@50 |")
