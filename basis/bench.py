@@ -23,6 +23,23 @@ def clustered_data(n: int, dim: int = 16, n_clusters: int = 10, seed: int = 0) -
     return (centres[labels] + rng.normal(size=(n, dim))).astype(np.float32), labels
 
 
+def _fit_basis(
+    batch_size: int, n_components: int, dim: int, n_neighbors: int, n_iter: int, device: str, seed: int, callback
+) -> None:
+    """BASiS on the benchmarks' clustered stand-in for Siamese features (25 anchors per class)."""
+    X, y = clustered_data(max(20 * batch_size, 10_000), dim, n_components, seed)
+    BASiS(
+        n_components,
+        graph=GraphConfig(n_neighbors=n_neighbors),
+        batch_size=batch_size,
+        n_iter=n_iter,
+        anchors_per_class=25,
+        device=device,
+        seed=seed,
+        callback=callback,
+    ).fit(X, y)
+
+
 def bench_step(
     batch_size: int = 512,
     n_components: int = 10,
@@ -35,19 +52,9 @@ def bench_step(
 ) -> dict[str, Any]:
     """Median wall time of one BASiS iteration and of its parts, in milliseconds, and what
     an iteration would make a CUDA host wait for (:func:`count_host_syncs`)."""
-    X, y = clustered_data(max(20 * batch_size, 10_000), dim, n_components, seed)
     records: list[dict[str, float]] = []
-    estimator = BASiS(
-        n_components,
-        graph=GraphConfig(n_neighbors=n_neighbors),
-        batch_size=batch_size,
-        n_iter=n_iter,
-        anchors_per_class=25,
-        device=device,
-        seed=seed,
-        callback=lambda step, info: records.append(info),
-    )
-    estimator.fit(X, y)
+    record = lambda step, info: records.append(info)  # noqa: E731
+    _fit_basis(batch_size, n_components, dim, n_neighbors, n_iter, device, seed, record)
     kept = records[warmup:]
     parts = sorted(k for k in kept[0] if k.startswith("ms_") and k != "ms_step")
     return {
@@ -80,23 +87,21 @@ def count_host_syncs(
 
     from basis.syncs import HostSyncCounter
 
-    X, y = clustered_data(max(20 * batch_size, 10_000), dim, n_components, seed)
     snapshots: list[Counter] = []
     budget = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         with HostSyncCounter() as syncs:
-            estimator = BASiS(
+            _fit_basis(
+                batch_size,
                 n_components,
-                graph=GraphConfig(n_neighbors=n_neighbors),
-                batch_size=batch_size,
-                n_iter=n_iter,
-                anchors_per_class=25,
-                device="cpu",
-                seed=seed,
-                callback=lambda step, info: snapshots.append(Counter(syncs.counts)),
+                dim,
+                n_neighbors,
+                n_iter,
+                "cpu",
+                seed,
+                lambda step, info: snapshots.append(Counter(syncs.counts)),
             )
-            estimator.fit(X, y)
     finally:
         torch.set_num_threads(budget)
     per_iteration = [after - before for before, after in zip(snapshots, snapshots[1:])][:-1]
