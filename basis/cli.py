@@ -74,10 +74,10 @@ def _callbacks(*callbacks):
 def run_folders(out: str | None, seeds: list[int]) -> list[str | None]:
     """Each seed's --out folder: ``{seed}`` in ``out`` becomes the seed; several seeds
     need it, so that no seed overwrites another's results."""
-    if out is None:
-        return [None] * len(seeds)
     if len(set(seeds)) != len(seeds):
         raise InputError(f"--seeds lists a seed twice: {seeds}")
+    if out is None:
+        return [None] * len(seeds)
     if len(seeds) > 1 and "{seed}" not in out:
         raise InputError(f"--out {out}: with several --seeds it needs {{seed}}, e.g. results/runs/seed{{seed}}")
     return [out.replace("{seed}", str(seed)) for seed in seeds]
