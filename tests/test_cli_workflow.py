@@ -398,33 +398,8 @@ def test_bad_seed_lists_are_refused_before_any_work(tmp_path, args, message):
     assert not (ROOT / "results" / "x").exists()
 
 
-def test_the_slurm_profile_sends_the_figures_and_the_knn_runs_as_group_jobs(workdir):
+def test_the_slurm_profile_sends_the_knn_runs_as_group_jobs(workdir):
     done = _snakemake(workdir, "-n", "--profile", str(ROOT / "profiles/slurm"), "--configfile", "config/quick.yaml")
     assert done.returncode == 0, done.stderr[-3000:]
     output = done.stdout + done.stderr
-    assert output.count("Group job figures") == 1 and output.count("Group job knn") == 1
-
-
-def test_a_reference_on_faiss_neighbours_reports_its_recall_and_is_reused_only_as_such(tmp_path):
-    pytest.importorskip("faiss")
-    ref, store = tmp_path / "ref.npz", tmp_path / "store"
-    neighbours = ["--set", "graph.neighbors=faiss-ivf"]
-    tracked = ["--track", "refs", "--store", str(store)]
-    done = _basis(
-        "reference", "--dataset", "blobs", "--out", str(ref), "--json", "--device", "cpu", *neighbours, *tracked
-    )
-    assert done.returncode == 0, done.stderr
-    summary = json.loads(done.stdout)
-    assert summary["neighbors"] == "faiss-ivf" and 0.9 <= summary["neighbor_recall"] <= 1.0
-    from basis.tracking import client
-
-    [run] = client(store).search_runs([client(store).get_experiment_by_name("refs").experiment_id])
-    assert run.data.tags["neighbors"] == "faiss-ivf" and run.data.params["graph.neighbors"] == "faiss-ivf"
-    assert run.data.metrics["neighbor_recall"] == summary["neighbor_recall"] and "eigen_seconds" in run.data.metrics
-    with np.load(ref) as stored:
-        assert json.loads(str(stored["report"]))["neighbor_recall"] == summary["neighbor_recall"]
-    common = ["run", "--method", "basis", "--dataset", "blobs", "--json", "--device", "cpu", "--reference", str(ref)]
-    common += ["--set", "n_iter=5", "--set", "batch_size=128", "--set", "anchors_per_class=5"]
-    assert _basis(*common, *neighbours).returncode == 0
-    done = _basis(*common)  # exact neighbours asked, approximate ones stored
-    assert done.returncode == 2 and "was computed with" in done.stderr
+    assert output.count("Group job knn") == 1
