@@ -20,7 +20,7 @@ from basis.inputs import check_output, check_seed, check_store
 from basis.outputs import atomic_path, write_json
 from basis.settings import NEIGHBOR_BACKENDS
 from basis.threads import limit_threads
-from basis.timing import Progress, mark_startup, process_age, recording, report, timed
+from basis.timing import Progress, job_seconds, mark_startup, recording, report, timed
 
 
 def _print(result: dict, as_json: bool) -> None:
@@ -579,8 +579,9 @@ def main(argv: list[str] | None = None) -> int:
         args.threads = limit_threads(args.threads)
         with recording() as seconds:
             code = args.func(args)
+            total = job_seconds()
         if args.json and seconds:  # a job's phases, for its log (benchmarks/workflow_profile.py)
-            report({**seconds, "total": process_age() or sum(seconds.values())})
+            report(seconds, total)
         return code
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import sys
 import time
@@ -23,8 +24,19 @@ from typing import TypeVar
 
 F = TypeVar("F", bound=Callable)
 
-# The recording's phases, and the time spent in nested blocks of each open block.
-_current: ContextVar[tuple[dict[str, float], list[float]] | None] = ContextVar("basis_timings", default=None)
+
+class _Recording:
+    """The phases, the time spent in nested blocks of each open block, and the clock's
+    reading where the job's time starts counting (its start, or its start-up's end)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.nested: list[float] = []
+        self.started = time.perf_counter()
+        self.before_start = 0.0  # the start-up's seconds, once recorded
+
+
+_current: ContextVar[_Recording | None] = ContextVar("basis_timings", default=None)
 
 #: The prefix of the line that carries a job's timings in its log.
 TIMINGS_PREFIX = "# timings "
@@ -33,10 +45,10 @@ TIMINGS_PREFIX = "# timings "
 @contextmanager
 def recording() -> Iterator[dict[str, float]]:
     """Collect the phases timed inside the block into the dict it yields."""
-    seconds: dict[str, float] = {}
-    token = _current.set((seconds, []))
+    current = _Recording()
+    token = _current.set(current)
     try:
-        yield seconds
+        yield current.seconds
     finally:
         _current.reset(token)
 
@@ -48,7 +60,7 @@ def timed(name: str) -> Iterator[None]:
     if current is None:
         yield
         return
-    seconds, nested = current
+    seconds, nested = current.seconds, current.nested
     nested.append(0.0)
     start = time.perf_counter()
     try:
@@ -89,15 +101,29 @@ def mark_startup() -> None:
     """Record, once, the process's age as phase ``startup``: called where a command's first
     work begins, after its imports."""
     current = _current.get()
-    if current is not None and "startup" not in current[0]:
+    if current is not None and "startup" not in current.seconds:
         age = process_age()
         if age is not None:
-            current[0]["startup"] = age
+            current.seconds["startup"] = current.before_start = age
+            current.started = time.perf_counter()
 
 
-def report(seconds: dict[str, float]) -> None:
-    """One stderr line with the phases, for the job's log."""
-    print(TIMINGS_PREFIX + json.dumps({k: round(v, 4) for k, v in seconds.items()}), file=sys.stderr, flush=True)
+def job_seconds() -> float:
+    """The current recording's wall seconds so far, start-up included once it is recorded.
+    Measured on the same clock as the phases (the process age is read once, at the
+    start-up's end, since /proc counts in 10 ms ticks), so the phases never add up to more."""
+    current = _current.get()
+    if current is None:
+        raise RuntimeError("job_seconds() is only meaningful inside recording()")
+    return current.before_start + time.perf_counter() - current.started
+
+
+def report(seconds: dict[str, float], total: float) -> None:
+    """One stderr line with the phases and the job's ``total``, for the job's log. Phases
+    are rounded down and the total up, so the printed phases add up to at most the total."""
+    line = {k: math.floor(v * 1e4) / 1e4 for k, v in seconds.items()}
+    line["total"] = math.ceil(total * 1e4) / 1e4
+    print(TIMINGS_PREFIX + json.dumps(line), file=sys.stderr, flush=True)
 
 
 class Progress:

@@ -55,6 +55,27 @@ def test_startup_is_the_process_age_once():
     assert seconds["startup"] == first and 0 < first <= timing.process_age()
 
 
+def test_the_job_total_counts_startup_once_on_the_phases_clock(clock, monkeypatch):
+    # /proc's process age ticks in 10 ms: read twice, it can come out below the phases it spans.
+    monkeypatch.setattr(timing, "process_age", lambda: 4.567)
+    clock[0] = 100.0
+    with timing.recording() as seconds:
+        timing.mark_startup()
+        with timing.timed("train"):
+            clock[0] += 2.0
+        clock[0] += 0.5  # untimed work still counts in the total
+        total = timing.job_seconds()
+    assert seconds == {"startup": 4.567, "train": 2.0}
+    assert total == pytest.approx(7.067)
+
+
+def test_the_printed_phases_never_add_up_to_more_than_the_printed_total(capsys):
+    # Rounded to the nearest at four decimals these would print 3 x 0.3334 > 1.0001.
+    timing.report({"a": 0.33336, "b": 0.33336, "c": 0.33336}, total=1.00008)
+    line = json.loads(capsys.readouterr().err.removeprefix(timing.TIMINGS_PREFIX))
+    assert sum(v for k, v in line.items() if k != "total") <= line["total"]
+
+
 def test_progress_prints_at_most_one_line_per_interval_and_always_the_last(clock, capsys):
     progress = timing.Progress(10, "step", interval=5.0)
     for done in range(1, 11):
