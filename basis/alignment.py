@@ -27,16 +27,29 @@ class AlignmentResult:
     when no RANSAC hypothesis had enough inliers and T was fitted on all anchors;
     ``n_hypotheses`` the RANSAC hypotheses drawn, ``n_rejected`` those rejected because
     their map blew the anchors up (see :data:`MAX_GAIN`), ``n_refits`` the refits on the
-    inliers until the inlier set stopped changing.
+    inliers until the inlier set stopped changing. From :class:`RansacSearch` the flag and
+    the counts are 0-dim tensors on the device; :meth:`on_host` reads them.
     """
 
     transform: torch.Tensor
     inliers: torch.Tensor
     residuals: torch.Tensor
-    fallback: bool = False
+    fallback: bool | torch.Tensor = False
     n_hypotheses: int = 0
-    n_rejected: int = 0
-    n_refits: int = 0
+    n_rejected: int | torch.Tensor = 0
+    n_refits: int | torch.Tensor = 0
+
+    def on_host(self) -> AlignmentResult:
+        """The same result with its flag and counts as Python numbers (one read)."""
+        fallback, rejected, refits = torch.stack(
+            [
+                torch.as_tensor(v, device=self.transform.device).long()
+                for v in (self.fallback, self.n_rejected, self.n_refits)
+            ]
+        ).tolist()
+        return AlignmentResult(
+            self.transform, self.inliers, self.residuals, bool(fallback), int(self.n_hypotheses), rejected, refits
+        )
 
 
 def _homogeneous(phi: torch.Tensor) -> torch.Tensor:
@@ -296,97 +309,260 @@ def ransac_affine(
     mapping them all to zero: e.g. on spirals, whose batch embeddings disagree beyond any
     affine map, the best consensus of 5 of 6 anchors misses the sixth by several times
     the norm).
+
+    The search runs on the anchors' device as a :class:`RansacSearch`, whose decisions
+    stay tensors; this function reads its outcome once at the end (see
+    :meth:`RansacSearch.settle` for when it reads more).
     """
-    _check_anchors(source, target, linear)
-    n_anchors, dim = source.shape
-    minimal, _ = anchors_needed(dim, linear=linear)
-    if not minimal <= sample_size <= n_anchors:
-        raise InputError(
-            f"sample_size must be between {minimal} (fixes the map in K={dim}) and the number of anchors"
-            f" {n_anchors}, got {sample_size}"
+    search = RansacSearch(
+        source,
+        target,
+        n_iter=n_iter,
+        max_iter=max_iter,
+        confidence=confidence,
+        sample_size=sample_size,
+        tolerance=tolerance,
+        tolerance_mode=tolerance_mode,
+        rcond=rcond,
+        max_gain=max_gain,
+        generator=generator,
+        linear=linear,
+    )
+    search.settle()
+    result = search.result()
+    if result.fallback:
+        log.warning(search.describe_fallback())
+    return result.on_host()
+
+
+def _hypotheses_needed(ratio: torch.Tensor, sample_size: int, confidence: float, usable: torch.Tensor) -> torch.Tensor:
+    """:func:`hypotheses_needed` on tensors (no host read)."""
+    clean = usable * ratio**sample_size
+    needed = math.log(1.0 - confidence) / torch.log1p(-clean)
+    needed = torch.where(clean <= 0.0, torch.full_like(needed, math.inf), needed)
+    return torch.where(clean >= 1.0, torch.ones_like(needed), needed)
+
+
+#: Refits :class:`RansacSearch` makes on the device before it asks whether the inlier set
+#: has settled (it usually settles after one or two; see :data:`MAX_REFITS`).
+SPECULATIVE_REFITS = 2
+
+
+class RansacSearch:
+    """:func:`ransac_affine`'s search with every decision kept on the anchors' device.
+
+    The first round of ``n_iter`` hypotheses, the choice of the best one, its refits on
+    its inliers (0/1 row weights, a fixed shape) and the final choice between the best
+    map and the least-squares fallback are tensor operations: nothing is read back to the
+    host. :attr:`pending` says, as a 0-dim bool tensor, whether the search is unfinished:
+    more rounds are needed for ``confidence``, or the inlier set was still changing after
+    :data:`SPECULATIVE_REFITS` refits. A caller reads it together with whatever else it
+    reads (BASiS reads it with the step's diagnostics, in one transfer) and calls
+    :meth:`settle` only when it is true; :meth:`settle` finishes the search on the host, one
+    read per refit or round. Hypotheses are drawn from ``generator`` on the anchors'
+    device, in the same order as :func:`ransac_affine` always drew them.
+    """
+
+    def __init__(
+        self,
+        source: torch.Tensor,
+        target: torch.Tensor,
+        *,
+        n_iter: int = 100,
+        max_iter: int = 5000,
+        confidence: float = 0.99,
+        sample_size: int = 20,
+        tolerance: float = 0.25,
+        tolerance_mode: str = "relative",
+        rcond: float = NOISE_RCOND,
+        max_gain: float = MAX_GAIN,
+        generator: torch.Generator | None = None,
+        linear: bool = False,
+    ):
+        _check_anchors(source, target, linear)
+        n_anchors, dim = source.shape
+        minimal, _ = anchors_needed(dim, linear=linear)
+        if not minimal <= sample_size <= n_anchors:
+            raise InputError(
+                f"sample_size must be between {minimal} (fixes the map in K={dim}) and the number of anchors"
+                f" {n_anchors}, got {sample_size}"
+            )
+        if not 1 <= n_iter <= max_iter or not tolerance > 0 or not 0 < confidence < 1:
+            raise InputError(
+                "RANSAC needs 1 <= n_iter <= max_iter, tolerance > 0 and 0 < confidence < 1, got"
+                f" n_iter={n_iter}, max_iter={max_iter}, tolerance={tolerance}, confidence={confidence}"
+            )
+        if tolerance_mode not in TOLERANCE_MODES:
+            raise InputError(f"tolerance_mode must be one of {list(TOLERANCE_MODES)}, got {tolerance_mode!r}")
+        self.dtype, device = source.dtype, source.device
+        self.source, self.target = source.double(), target.double()
+        self.linear, self.rcond, self.max_gain = linear, rcond, max_gain
+        self.n_iter, self.max_iter, self.confidence, self.sample_size = n_iter, max_iter, confidence, sample_size
+        self.generator = generator or torch.Generator(device=device).manual_seed(0)
+        self.n_anchors = n_anchors
+        target_rms = rms_row_norm(self.target)
+        self.threshold = (
+            torch.tensor(tolerance, dtype=torch.float64, device=device)
+            if tolerance_mode == "absolute"
+            else tolerance * target_rms
         )
-    if not 1 <= n_iter <= max_iter or not tolerance > 0 or not 0 < confidence < 1:
-        raise InputError(
-            "RANSAC needs 1 <= n_iter <= max_iter, tolerance > 0 and 0 < confidence < 1, got"
-            f" n_iter={n_iter}, max_iter={max_iter}, tolerance={tolerance}, confidence={confidence}"
-        )
-    threshold = inlier_threshold(target, tolerance, tolerance_mode)
-    generator = generator or torch.Generator().manual_seed(0)
-    dtype = source.dtype
-    source, target = source.double(), target.double()
-    # Every fit measures a column by its scale over all anchors, shrunk to the fit's size.
-    centred = source if linear else source - source.mean(dim=0)
-    anchor_scale = torch.linalg.norm(centred, dim=0, keepdim=True) / math.sqrt(n_anchors)
+        self.target_rms = target_rms
+        # Every fit measures a column by its scale over all anchors, shrunk to the fit's size.
+        centred = self.source if linear else self.source - self.source.mean(dim=0)
+        self.anchor_scale = torch.linalg.norm(centred, dim=0, keepdim=True) / math.sqrt(n_anchors)
+        # A map is supported only by more anchors than fix it, and at least by its own sample:
+        # K+1 inliers of an exact fit through K+1 anchors are no evidence at all.
+        self.consensus = min(n_anchors, max(sample_size, minimal + 1))
+        every = torch.ones(n_anchors, dtype=torch.bool, device=device)
+        # A sample is usable when it fixes as much of the map as all anchors do.
+        self.anchor_rank = self._fit(every)[1]
+        # State, all tensors but the count of hypotheses drawn (known on the host).
+        self.drawn = 0
+        long = {"dtype": torch.int64, "device": device}
+        self.rejected, self.full_rank = torch.zeros((), **long), torch.zeros((), **long)
+        self.best_count = torch.full((), -1, **long)  # the best score: (inlier count, -summed inlier error)
+        self.best_error = torch.zeros((), dtype=torch.float64, device=device)
+        self.found = torch.zeros((), dtype=torch.bool, device=device)  # a best map has consensus
+        width = dim if linear else dim + 1
+        self.transform = torch.zeros((dim, width), dtype=torch.float64, device=device)
+        self.inliers = torch.zeros(n_anchors, dtype=torch.bool, device=device)
+        self.refits = torch.zeros((), **long)
+        self.refining = torch.zeros((), dtype=torch.bool, device=device)  # its inlier set may still change
+        self.needed = torch.zeros((), dtype=torch.float64, device=device)
+        self._round()
 
-    def fit(rows: torch.Tensor, size: int) -> tuple[torch.Tensor, torch.Tensor]:
-        scale = anchor_scale * math.sqrt(size)
-        return _affine_solve(source[rows], target[rows], linear, rcond, scale)
+    # -- fits -------------------------------------------------------------------------
+    def _fit(self, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The least-squares map on the anchors of 0/1 ``weights`` (a fixed shape: the others
+        enter as zero rows, which leave the fit unchanged), and the rank it kept."""
+        w = weights.to(torch.float64).unsqueeze(-1)
+        # An empty set (a speculative fit no one will use) gets a zero map, not NaNs.
+        size = w.sum(dim=-2, keepdim=True).clamp(min=1.0)
+        scale = self.anchor_scale * size.sqrt()
+        if self.linear:
+            X, rank = _solve(self.source * w, self.target * w, self.rcond, scale)
+            return X.transpose(-1, -2), rank
+        source_mean = (self.source * w).sum(dim=-2, keepdim=True) / size
+        target_mean = (self.target * w).sum(dim=-2, keepdim=True) / size
+        A, rank = _solve((self.source - source_mean) * w, (self.target - target_mean) * w, self.rcond, scale)
+        b = target_mean - source_mean @ A
+        return torch.cat([A, b], dim=-2).transpose(-1, -2), rank
 
-    def refine(inliers: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
-        """Refit on the inliers until the inlier set stops changing (local optimisation)."""
-        transform, refits = fit(inliers, int(inliers.sum()))[0], 1
-        while refits < MAX_REFITS:
-            refined = _row_errors(transform, source, target) < threshold
-            if torch.equal(refined, inliers) or int(refined.sum()) < consensus:
-                break
-            inliers, transform, refits = refined, fit(refined, int(refined.sum()))[0], refits + 1
-        return transform, inliers, refits
+    def _fit_samples(self, samples: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The least-squares maps on the anchors of each row of ``samples`` (indices)."""
+        scale = self.anchor_scale * math.sqrt(samples.shape[-1])
+        X, rank = _affine_solve(self.source[samples], self.target[samples], self.linear, self.rcond, scale)
+        return X.double(), rank
 
-    # A map is supported only by more anchors than fix it, and at least by its own sample:
-    # K+1 inliers of an exact fit through K+1 anchors are no evidence at all.
-    consensus = min(n_anchors, max(sample_size, minimal + 1))
-    # A sample is usable when it fixes as much of the map as all anchors do.
-    anchor_rank = int(fit(torch.arange(n_anchors, device=source.device), n_anchors)[1])
-    best_score, best = (-1, 0.0), None  # (inlier count, -summed inlier error), refine()'s result
-    drawn = rejected = full_rank = 0
-    needed = float(n_iter)
-    while drawn < needed:
-        block = min(n_iter, max_iter - drawn)
+    def _errors(self, transform: torch.Tensor) -> torch.Tensor:
+        return _row_errors(transform, self.source, self.target)
+
+    def _refine(self, transform, inliers, refits, refining, steps: int):
+        """Up to ``steps`` refits on the inliers, each kept only while the inlier set still
+        changes and keeps a consensus (local optimisation, at most :data:`MAX_REFITS`)."""
+        for _ in range(steps):
+            refined = self._errors(transform) < self.threshold
+            go = refining & (refined != inliers).any() & (refined.sum() >= self.consensus) & (refits < MAX_REFITS)
+            transform = torch.where(go, self._fit(refined)[0], transform)
+            inliers = torch.where(go, refined, inliers)
+            refits, refining = refits + go.long(), go
+        return transform, inliers, refits, refining
+
+    # -- the search -------------------------------------------------------------------
+    def _round(self) -> None:
+        """Draw and score one round of hypotheses, keep the best so far (refined), and
+        update how many hypotheses ``confidence`` needs."""
+        n, size = self.n_anchors, self.sample_size
+        block = min(self.n_iter, self.max_iter - self.drawn)
+        device = self.source.device
         # One random permutation per hypothesis; its first sample_size anchors are the sample.
-        samples = torch.rand(block, n_anchors, generator=generator).argsort(dim=1)[:, :sample_size]
-        hypotheses, ranks = fit(samples.to(source.device), sample_size)
-        errors = _row_errors(hypotheses, source.unsqueeze(0), target.unsqueeze(0))
-        blown_up = alignment_gain(hypotheses, source.unsqueeze(0), target.unsqueeze(0)) > max_gain
-        is_inlier = (errors < threshold) & ~blown_up.unsqueeze(1)
+        samples = torch.rand(block, n, generator=self.generator, device=device).argsort(dim=1)[:, :size]
+        hypotheses, ranks = self._fit_samples(samples)
+        errors = _row_errors(hypotheses, self.source.unsqueeze(0), self.target.unsqueeze(0))
+        blown_up = alignment_gain(hypotheses, self.source.unsqueeze(0), self.target.unsqueeze(0)) > self.max_gain
+        is_inlier = (errors < self.threshold) & ~blown_up.unsqueeze(1)
         counts = is_inlier.sum(dim=1)
         inlier_error = torch.where(is_inlier, errors, torch.zeros_like(errors)).sum(dim=1)
         # Most inliers first, then smallest summed inlier error.
-        top = int(torch.argmax(counts * (1.0 + inlier_error.max()) - inlier_error))
-        score = (int(counts[top]), -float(inlier_error[top]))
-        drawn, rejected = drawn + block, rejected + int(blown_up.sum())
-        full_rank += int((ranks >= anchor_rank).sum())
-        if score > best_score:
-            best_score = score
-            if score[0] >= consensus:
-                best = refine(is_inlier[top])
+        top = torch.argmax(counts * (1.0 + inlier_error.max()) - inlier_error).unsqueeze(0)
+        count, error = counts.index_select(0, top).squeeze(0), inlier_error.index_select(0, top).squeeze(0)
+        top_inliers = is_inlier.index_select(0, top).squeeze(0)
+        better = (count > self.best_count) | ((count == self.best_count) & (error < self.best_error))
+        self.best_count = torch.where(better, count, self.best_count)
+        self.best_error = torch.where(better, error, self.best_error)
+        adopt = better & (count >= self.consensus)
+        first_fit = self._fit(top_inliers)[0]
+        refined = self._refine(first_fit, top_inliers, torch.ones_like(self.refits), adopt, SPECULATIVE_REFITS)
+        current = (self.transform, self.inliers, self.refits, self.refining)
+        self.transform, self.inliers, self.refits, self.refining = [
+            torch.where(adopt, new, old) for new, old in zip(refined, current)
+        ]
+        self.found = self.found | adopt
+        self.drawn += block
+        self.rejected = self.rejected + blown_up.sum()
+        self.full_rank = self.full_rank + (ranks >= self.anchor_rank).sum()
+        self._update_needed()
+
+    def _update_needed(self) -> None:
         # The inlier ratio after local optimisation is the best estimate of the clean share.
-        ratio = (int(best[1].sum()) if best else best_score[0]) / n_anchors
-        usable = max(full_rank, 1) / drawn
-        needed = min(max_iter, max(n_iter, hypotheses_needed(ratio, sample_size, confidence, usable)))
-    if best is not None and float(alignment_gain(best[0], source, target)) <= max_gain:
-        transform, _, refits = best
-        residuals = _row_errors(transform, source, target)
-        # A map that misses the anchors by more, in RMS, than the zero map would is no
-        # alignment, whatever its consensus (least squares on all anchors never is one).
-        if float(residuals.pow(2).mean().sqrt()) <= float(rms_row_norm(target)):
-            return AlignmentResult(
-                transform.to(dtype), residuals < threshold, residuals, False, drawn, rejected, refits
-            )
-    log.warning(
-        "RANSAC: no hypothesis had a consensus of %d inliers with a bounded map that explains the anchors (best"
-        " %d of %d at tolerance %g, %d of %d hypotheses rejected as blown up); falling back to least squares on"
-        " all anchors",
-        consensus,
-        best_score[0],
-        n_anchors,
-        threshold,
-        rejected,
-        drawn,
-    )
-    result = align_affine(source, target, linear=linear)
-    result.transform, result.fallback = result.transform.to(dtype), True
-    result.n_hypotheses, result.n_rejected = drawn, rejected
-    return result
+        ratio = torch.where(self.found, self.inliers.sum(), self.best_count).double() / self.n_anchors
+        usable = self.full_rank.clamp(min=1).double() / self.drawn
+        needed = _hypotheses_needed(ratio, self.sample_size, self.confidence, usable)
+        self.needed = needed.clamp(min=self.n_iter, max=self.max_iter)
+
+    @property
+    def pending(self) -> torch.Tensor:
+        """0-dim bool tensor: the search needs more rounds, or its refits have not settled."""
+        return (self.found & self.refining) | (self.needed > self.drawn)
+
+    def settle(self) -> None:
+        """Finish the search on the host: refit until the inlier set settles, and draw rounds
+        until ``confidence`` is met, reading one flag per refit or round."""
+        while True:
+            if bool(self.found & self.refining):
+                self.transform, self.inliers, self.refits, self.refining = self._refine(
+                    self.transform, self.inliers, self.refits, self.refining, 1
+                )
+                self._update_needed()
+            elif self.drawn < self.max_iter and bool(self.needed > self.drawn):
+                self._round()
+            else:
+                return
+
+    def result(self) -> AlignmentResult:
+        """The search's map as it stands, with tensor fields (0-dim tensors for the flags
+        and counts): the best map, or least squares on all anchors where no map had a
+        consensus, or the best one blows the anchors up or explains them worse than the
+        zero map would (see :func:`ransac_affine`)."""
+        best_residuals = self._errors(self.transform)
+        accept = (
+            self.found
+            & (alignment_gain(self.transform, self.source, self.target) <= self.max_gain)
+            & (best_residuals.pow(2).mean().sqrt() <= self.target_rms)
+        )
+        fallback = affine_least_squares(self.source, self.target, linear=self.linear)
+        transform = torch.where(accept, self.transform, fallback)
+        residuals = torch.where(accept, best_residuals, self._errors(fallback))
+        inliers = torch.where(accept, residuals < self.threshold, torch.ones_like(self.inliers))
+        refits = torch.where(accept, self.refits, torch.zeros_like(self.refits))
+        return AlignmentResult(
+            transform.to(self.dtype),
+            inliers,
+            residuals,
+            ~accept,
+            self.drawn,
+            self.rejected,
+            refits,
+        )
+
+    def describe_fallback(self) -> str:
+        """Why the search fell back, in words (reads the device: for the log only)."""
+        return (
+            f"RANSAC: no hypothesis had a consensus of {self.consensus} inliers with a bounded map that explains"
+            f" the anchors (best {int(self.best_count)} of {self.n_anchors} at tolerance {float(self.threshold):g},"
+            f" {int(self.rejected)} of {self.drawn} hypotheses rejected as blown up); falling back to least squares"
+            " on all anchors"
+        )
 
 
 def global_transform(

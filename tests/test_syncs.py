@@ -35,3 +35,22 @@ def test_a_basis_iteration_is_audited_by_kind():
     report = count_host_syncs(batch_size=128, n_components=4, n_neighbors=10, n_iter=6)
     assert report["total"] == sum(report["by_kind"].values()) and report["by_kind"].get("item", 0) >= 2
     assert torch.get_num_threads() == threads  # counted with one thread, then restored
+
+
+def test_decompositions_that_check_on_the_host_are_counted_apart():
+    A = torch.randn(6, 3, dtype=torch.float64)
+    with HostSyncCounter() as syncs:
+        torch.linalg.svd(A, full_matrices=False), torch.linalg.eigh(A.T @ A), torch.linalg.qr(A)
+    assert syncs.linalg_checks == {"svd": 1, "eigh": 1} and syncs.total == 0
+
+
+def test_the_host_side_step_counters_of_adam_are_exempt_and_a_loss_read_is_not():
+    layer = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.Adam(layer.parameters())
+    with HostSyncCounter() as syncs:
+        loss = layer(torch.randn(4, 3)).pow(2).mean()
+        loss.backward()
+        optimizer.step()  # reads its two step counters, which torch keeps on the host
+        float(loss)
+    assert syncs.exempt == {"optimizer_step_counter": 2}
+    assert syncs.counts == {"item": 1}
