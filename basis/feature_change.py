@@ -168,7 +168,7 @@ class FeatureChangeTrainer:
         # The base set V^ref and its embedding on the initial features.
         spectral.start(features.embed(images).cpu().numpy(), np.asarray(y_train))
         base, n_anchors = spectral.reference_indices_, len(spectral.anchor_indices_)
-        result.base_labels = np.asarray(y_train)[base.numpy()]
+        result.base_labels = np.asarray(y_train)[base.cpu().numpy()]
         base_embedding = spectral.reference_embedding_
         images_train_eval, y_train_eval = images[train_eval], np.asarray(y_train)[train_eval]
         self._evaluate(0, result, images_train_eval, y_train_eval, images_val_t)

@@ -138,9 +138,10 @@ def kernel_bandwidth(neighbor_dists: torch.Tensor, config: GraphConfig) -> torch
     scale_dist = neighbor_dists[:, config.scale_neighbor]
     if config.scale == "global":
         scale_dist = scale_dist.median().expand(n)
-    # Duplicate points give a zero scale; fall back to the smallest positive one.
-    positive = scale_dist[scale_dist > 0]
-    floor = positive.min() if positive.numel() else torch.ones((), dtype=scale_dist.dtype, device=scale_dist.device)
+    # Duplicate points give a zero scale; fall back to the smallest positive one (to 1
+    # where none is positive), with no data-dependent shape.
+    floor = torch.where(scale_dist > 0, scale_dist, torch.inf).min()
+    floor = torch.where(torch.isinf(floor), torch.ones_like(floor), floor)
     return torch.where(scale_dist > 0, scale_dist, floor).unsqueeze(1)
 
 

@@ -31,12 +31,12 @@ from threadpoolctl import threadpool_limits
 
 from basis.device import resolve_device
 from basis.errors import InputError
-from basis.graph import GraphConfig, dense_affinity
+from basis.graph import GraphConfig
 from basis.inputs import load_checkpoint
 from basis.models import HIDDEN_WIDTHS, SpectralMLP
 from basis.outputs import atomic_path
 from basis.settings import check_ranges
-from basis.spectral import OPERATORS, connected_components, spectral_embedding
+from basis.spectral import OPERATORS
 
 StepCallback = Callable[[int, dict[str, float]], None]
 #: ``features_of(indices)``: the features of training nodes, on the estimator's device.
@@ -113,19 +113,35 @@ def _run_now(function: Callable, *args: Any) -> Future:
 
 
 class StepTimer:
-    """Wall time per named part of a training step, in milliseconds."""
+    """Time per named part of a training step, in milliseconds: host wall time on the CPU;
+    on CUDA, the device time between two CUDA events around the part, which costs the host
+    no wait (the events are read by :meth:`read`, after the step's values have been read)."""
 
     def __init__(self, device: torch.device):
         self.device = device
         self.ms: dict[str, float] = {}
+        self._events: list[tuple[str, Any, Any]] = []
 
     @contextmanager
     def __call__(self, part: str):
-        start = time.perf_counter()
-        yield
         if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        self.ms[f"ms_{part}"] = self.ms.get(f"ms_{part}", 0.0) + (time.perf_counter() - start) * 1e3
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            yield
+            end.record()
+            self._events.append((part, start, end))
+            return
+        start_time = time.perf_counter()
+        yield
+        self.ms[f"ms_{part}"] = self.ms.get(f"ms_{part}", 0.0) + (time.perf_counter() - start_time) * 1e3
+
+    def read(self) -> dict[str, float]:
+        """Milliseconds per part (on CUDA, waits for the parts' end events)."""
+        for part, start, end in self._events:
+            end.synchronize()
+            self.ms[f"ms_{part}"] = self.ms.get(f"ms_{part}", 0.0) + start.elapsed_time(end)
+        self._events.clear()
+        return self.ms
 
 
 @dataclass
@@ -135,6 +151,8 @@ class PreparedBatch:
 
     content: Any
     timer: StepTimer
+    #: The values of the ``riders`` handed to :meth:`SpectralEstimator.prepare_batch`.
+    rider_values: list[float] | None = None
 
 
 class SpectralEstimator(TransformerMixin, BaseEstimator):
@@ -267,23 +285,51 @@ class SpectralEstimator(TransformerMixin, BaseEstimator):
         """Train the network on features ``X`` (labels ``y`` are used only where a
         method needs them, e.g. BASiS's stratified anchors)."""
         self.start(X, y)
+        self.fit_steps(self.n_iter)
+        return self.finish()
+
+    def fit_steps(self, n_steps: int) -> None:
+        """``n_steps`` gradient steps after :meth:`start`, pipelined as in :meth:`fit`."""
         # The next batch and its analytic target do not depend on the network, so a
         # worker thread prepares batch t+1 while the main thread steps on batch t
         # (LAPACK and torch release the GIL). Draws happen in the same order either way,
         # so a one-thread budget, which prepares each batch in turn, gives the same run.
+        # Losses stay on the device; every LOSS_BLOCK steps they ride with the next
+        # batch's preparation, which reads them in the transfer it makes anyway, and the
+        # callbacks for those steps run when they are back.
+        unread: list[tuple[int, torch.Tensor, dict[str, float], PreparedBatch]] = []
+        riding: list[tuple[int, torch.Tensor, dict[str, float], PreparedBatch]] = []
+        first = len(self.loss_curve_)
         with _split_cores(self.device_) as pipelined, ThreadPoolExecutor(max_workers=1) as worker:
             prepare = worker.submit if pipelined else _run_now
             pending = prepare(self.prepare_batch)
-            for step in range(self.n_iter):
+            for step in range(n_steps):
                 start = time.perf_counter()
                 batch = pending.result()
-                if step + 1 < self.n_iter:
-                    pending = prepare(self.prepare_batch)
-                info = self.step(batch)
+                if batch.rider_values is not None:
+                    self._deliver(riding, batch.rider_values)
+                    riding = []
+                if step + 1 < n_steps:
+                    riders = None
+                    if len(unread) >= self.LOSS_BLOCK:
+                        riding, unread = unread, []
+                        riders = torch.stack([loss for _, loss, _, _ in riding])
+                    pending = prepare(self.prepare_batch, None, riders)
+                loss, info = self._train_step(batch)
                 info["ms_step"] = (time.perf_counter() - start) * 1e3
-                if self.callback is not None:
-                    self.callback(step, info)
-        return self.finish()
+                unread.append((first + step, loss, info, batch))
+        if unread:
+            self._deliver(unread, torch.stack([loss for _, loss, _, _ in unread]).tolist())
+
+    #: Steps whose losses are read from the device together, by :meth:`fit_steps`.
+    LOSS_BLOCK = 50
+
+    def _deliver(self, steps: list, losses: list[float]) -> None:
+        """Record a block of steps' losses, read from the device, and call back for each."""
+        for value, (step, _, info, batch) in zip(losses, steps):
+            self.loss_curve_.append(value)
+            if self.callback is not None:
+                self.callback(step, {"loss": value, **info, **batch.timer.read()})
 
     def start(self, X: Any, y: Any = None) -> SpectralEstimator:
         """Everything before the first step: input and parameter checks, network,
@@ -298,8 +344,12 @@ class SpectralEstimator(TransformerMixin, BaseEstimator):
             self.model_ = self._build_model(X.shape[1]).to(self.device_)
         self._training_data = torch.from_numpy(X).to(self.device_)
         self._prepare(self._training_data, y)
-        self.optimizer_ = torch.optim.Adam(self.model_.parameters(), lr=self.lr)
+        # The fused Adam keeps its step counters on the device: no host read per step on
+        # CUDA. On the CPU the default (foreach) Adam is kept: its numbers are the reference.
+        fused = {"fused": True} if self.device_.type == "cuda" else {}
+        self.optimizer_ = torch.optim.Adam(self.model_.parameters(), lr=self.lr, **fused)
         self.loss_curve_: list[float] = []
+        self.n_steps_ = 0
         self.model_.train()
         return self
 
@@ -317,29 +367,56 @@ class SpectralEstimator(TransformerMixin, BaseEstimator):
     def _training_features(self, indices: torch.Tensor) -> torch.Tensor:
         return self._training_data[indices.to(self._training_data.device)]
 
-    def prepare_batch(self, features_of: FeaturesOf | None = None) -> PreparedBatch:
+    def prepare_batch(self, features_of: FeaturesOf | None = None, riders: torch.Tensor | None = None) -> PreparedBatch:
         """Draw the next batch and compute everything about it that does not need the
         network (graph, analytic target, alignment), timed by part. ``features_of``
         gives the features of training nodes by index (default: the rows of the
         training data; Algorithm 2 passes the current features). Safe to run in a
-        worker thread while :meth:`step` runs on the previous batch."""
+        worker thread while :meth:`step` runs on the previous batch. ``riders``, a 1-D
+        tensor of values to read from the device (the fit loop's losses), are read in the
+        method's own read of the batch where it makes one (BASiS), or else on their own, and
+        come back as ``rider_values``."""
         timer = StepTimer(self.device_)
         n_train = len(self._training_data)
-        return PreparedBatch(self._next_batch(features_of or self._training_features, n_train, timer), timer)
+        self._riders, self._rider_values = riders, None
+        content = self._next_batch(features_of or self._training_features, n_train, timer)
+        if riders is not None and self._rider_values is None:
+            self._rider_values = riders.tolist()
+        return PreparedBatch(content, timer, self._rider_values)
+
+    def _take_riders(self) -> torch.Tensor | None:
+        """For a method's :meth:`_next_batch`: the riders to read with its own read (once);
+        it hands their values back to :meth:`_riders_read`."""
+        riders, self._riders = getattr(self, "_riders", None), None
+        return riders
+
+    def _riders_read(self, values: list[float]) -> None:
+        self._rider_values = values
 
     def step(self, batch: PreparedBatch | None = None) -> dict[str, float]:
         """One gradient step on ``batch`` (from :meth:`prepare_batch`; drawn now when
         None). Returns the loss, the method's own measures and milliseconds per part."""
         start = time.perf_counter()
         batch = batch if batch is not None else self.prepare_batch()
+        loss, info = self._train_step(batch)
+        self.loss_curve_.append(float(loss))
+        ms_step = (time.perf_counter() - start) * 1e3
+        return {"loss": self.loss_curve_[-1], **info, **batch.timer.read(), "ms_step": ms_step}
+
+    def _train_step(self, batch: PreparedBatch) -> tuple[torch.Tensor, dict[str, float]]:
+        """The gradient step; the loss is left on the device (see :meth:`step` and :meth:`fit`)."""
         self.model_.train()
         loss, info = self._batch_loss(batch.content, batch.timer)
         with batch.timer("gradient"):
             self.optimizer_.zero_grad(set_to_none=True)
             loss.backward()
             self.optimizer_.step()
-            self.loss_curve_.append(float(loss.detach()))
-        return {"loss": self.loss_curve_[-1], **info, **batch.timer.ms, "ms_step": (time.perf_counter() - start) * 1e3}
+        self.n_steps_ += 1
+        self._after_step()
+        return loss.detach(), info
+
+    def _after_step(self) -> None:
+        """A method's work after each gradient step (BASiS: weight averaging)."""
 
     def finish(self) -> SpectralEstimator:
         """End training: the method's post-processing; the training data is let go."""
@@ -352,31 +429,25 @@ class SpectralEstimator(TransformerMixin, BaseEstimator):
         return SpectralMLP(in_dim, self.n_components, self.hidden_)
 
     def _sample(self, n: int, size: int, exclude: torch.Tensor | None = None) -> torch.Tensor:
-        """``size`` distinct random indices of [0, n), avoiding ``exclude``."""
+        """``size`` distinct random indices of [0, n), avoiding ``exclude``, on the device
+        of the training data: drawn there on CUDA (its own generator, seeded by ``seed``),
+        from ``generator_`` on the CPU. The pool of allowed indices is built once per
+        ``exclude`` (BASiS's anchors), so a step does no O(n) host work."""
+        if self.device_.type == "cpu":
+            generator, device = self.generator_, None
+        else:
+            if getattr(self, "device_generator_", None) is None:
+                self.device_generator_ = torch.Generator(device=self.device_).manual_seed(self.seed)
+            generator, device = self.device_generator_, self.device_
         if exclude is None:
-            return torch.randperm(n, generator=self.generator_)[:size]
-        allowed = torch.ones(n, dtype=torch.bool)
-        allowed[exclude.cpu()] = False
-        pool = allowed.nonzero().squeeze(1)
-        return pool[torch.randperm(len(pool), generator=self.generator_)[:size]]
-
-    def _embed_batch(self, X_batch: torch.Tensor, timer: StepTimer) -> torch.Tensor | None:
-        """Analytic embedding of one batch's graph (``embedding_def``), or None when the
-        batch graph has more components than eigenvectors requested (undefined)."""
-        with timer("graph"):
-            W = dense_affinity(X_batch, self.graph_)
-            if connected_components(W)[0] > self.n_components + int(self.drop_trivial):
-                return None
-        with timer("eigensolve"):
-            phi, _ = spectral_embedding(
-                W,
-                self.n_components,
-                operator=self.operator,
-                drop_trivial=self.drop_trivial,
-                diffusion_time=self.diffusion_time,
-                on_disconnected="ignore",
-            )
-        return phi
+            return torch.randperm(n, generator=generator, device=device)[:size]
+        cached = getattr(self, "_sample_pool", None)
+        if cached is None or cached[0] is not exclude or cached[1] != n:
+            allowed = torch.ones(n, dtype=torch.bool)
+            allowed[exclude.cpu()] = False
+            self._sample_pool = (exclude, n, allowed.nonzero().squeeze(1).to(device or "cpu"))
+        pool = self._sample_pool[2]
+        return pool[torch.randperm(len(pool), generator=generator, device=device)[:size]]
 
     # -- hooks for the methods ---------------------------------------------------------
     def _prepare(self, X: torch.Tensor, y: np.ndarray | None) -> None:

@@ -3,6 +3,7 @@ to one reference through anchor nodes."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -12,14 +13,19 @@ from basis.alignment import (
     MAPS,
     TOLERANCE_MODES,
     AlignmentResult,
+    RansacSearch,
     align_affine,
     anchors_needed,
     apply_affine,
-    ransac_affine,
     rms_row_norm,
 )
 from basis.errors import InputError
 from basis.estimators.base import FeaturesOf, SpectralEstimator, StepTimer, register
+from basis.graph import dense_affinity
+from basis.spectral import SubspaceEigensolver, component_labels, count_roots, embed_graph, settle_components
+
+#: ``eigensolver`` values: how the batches that are aligned are solved.
+EIGENSOLVERS = ("auto", "exact", "subspace")
 
 
 @register("basis")
@@ -84,6 +90,14 @@ class BASiS(SpectralEstimator):
         a single batch carries through the whole run.
     reference_batches : int
         Batches averaged by ``reference="mean"``.
+    eigensolver : {"auto", "exact", "subspace"}
+        How the batches after the reference batch are solved: ``exact`` (LAPACK's subset
+        driver on the CPU, ``eigh`` on CUDA), or ``subspace``, the Chebyshev-filtered
+        subspace iteration of :class:`~basis.spectral.SubspaceEigensolver` (the affine map
+        absorbs any basis of the K-dimensional subspace), whose batches that miss its
+        tolerance are redone exactly (counted in ``n_exact_redos_``). ``auto``: subspace on
+        CUDA, exact on the CPU, where the subset driver is as fast. The reference batch is
+        always solved exactly.
     average_tail : float
         Fraction of the last iterations whose network weights are averaged into the final
         network (Polyak-Ruppert averaging; 0, the paper's, keeps the last weights). Each
@@ -117,6 +131,7 @@ class BASiS(SpectralEstimator):
         alignment_map: str = "affine",
         reference: str = "first_batch",
         reference_batches: int = 10,
+        eigensolver: str = "auto",
         average_tail: float = 0.0,
         **common: Any,
     ):
@@ -136,6 +151,7 @@ class BASiS(SpectralEstimator):
         self.alignment_map = alignment_map
         self.reference = reference
         self.reference_batches = reference_batches
+        self.eigensolver = eigensolver
         self.average_tail = average_tail
 
     def _validate(self, n_samples: int) -> None:
@@ -153,6 +169,8 @@ class BASiS(SpectralEstimator):
                 "reference='mean' averages aligned batches: it needs an alignment other than 'none' and"
                 f" reference_batches >= 2, got alignment={self.alignment!r}, reference_batches={self.reference_batches}"
             )
+        if self.eigensolver not in EIGENSOLVERS:
+            raise InputError(f"eigensolver must be one of {list(EIGENSOLVERS)}, got {self.eigensolver!r}")
         if self.ransac_tolerance_mode not in TOLERANCE_MODES:
             raise InputError(
                 f"ransac_tolerance_mode must be one of {list(TOLERANCE_MODES)}, got {self.ransac_tolerance_mode!r}"
@@ -213,11 +231,14 @@ class BASiS(SpectralEstimator):
     def _prepare(self, X: torch.Tensor, y: np.ndarray | None) -> None:
         anchors = self._choose_anchors(X.shape[0], y)  # their count was checked by check_input
         n_anchors = len(anchors)
-        self.anchor_indices_ = anchors
+        self.anchor_indices_ = anchors.to(self.device_)
         self.class_codes_ = None if y is None else torch.as_tensor(np.unique(y, return_inverse=True)[1])
-        self.ransac_generator_ = torch.Generator().manual_seed(self.seed + 1)
-        self.n_fallbacks_ = self.n_redrawn_batches_ = 0
+        self.ransac_generator_ = torch.Generator(device=self.device_).manual_seed(self.seed + 1)
+        self.n_fallbacks_ = self.n_redrawn_batches_ = self.n_exact_redos_ = 0
         self.alignment_errors_: list[float] = []
+        subspace = self.eigensolver == "subspace" or (self.eigensolver == "auto" and self.device_.type == "cuda")
+        n_eig = self.n_components + int(self.drop_trivial)
+        self.subspace_solver_ = SubspaceEigensolver(n_eig, seed=self.seed) if subspace else None
         self.reference_indices_, _, self.reference_embedding_ = self._draw_embedded_batch(
             X.shape[0], self._training_features, StepTimer(self.device_)
         )
@@ -250,9 +271,33 @@ class BASiS(SpectralEstimator):
         self.reference_anchor_embedding_ = anchor_embedding
 
     def embed_batch(self, X_batch: torch.Tensor) -> torch.Tensor | None:
-        """Analytic embedding of the graph of ``X_batch`` with this estimator's settings,
-        or None when the graph has more components than eigenvectors."""
-        return self._embed_batch(X_batch, StepTimer(self.device_))
+        """Analytic embedding of the graph of ``X_batch`` with this estimator's settings
+        (exact), or None when the graph has more components than eigenvectors."""
+        embedded = self._embed_batch(X_batch, StepTimer(self.device_), exact=True)
+        return embedded.phi if self._components_allowed(embedded) else None
+
+    def _embed_batch(self, X_batch: torch.Tensor, timer: StepTimer, exact: bool) -> _EmbeddedBatch:
+        """Analytic embedding of one batch's graph (``embedding_def``) with no host read:
+        the embedding and, as tensors, the graph's component labels, whether they settled
+        and whether the eigensolver converged (the exact one always does)."""
+        with timer("graph"):
+            W = dense_affinity(X_batch, self.graph_)
+            labels, settled = component_labels(W)
+        with timer("eigensolve"):
+            phi, _, converged = embed_graph(
+                W,
+                self.n_components,
+                operator=self.operator,
+                drop_trivial=self.drop_trivial,
+                diffusion_time=self.diffusion_time,
+                solver=None if exact else self.subspace_solver_,
+            )
+        return _EmbeddedBatch(W, phi, labels, settled, converged)
+
+    def _components_allowed(self, embedded: _EmbeddedBatch) -> bool:
+        """Whether the batch graph has no more components than eigenvectors (host read)."""
+        n_components, _ = settle_components(embedded.W, embedded.labels, embedded.settled)
+        return n_components <= self.n_components + int(self.drop_trivial)
 
     def ransac_options(self) -> dict[str, Any]:
         """This estimator's RANSAC settings and generator, as :func:`~basis.alignment.ransac_affine` takes them."""
@@ -268,13 +313,60 @@ class BASiS(SpectralEstimator):
 
     def _fit(self, source: torch.Tensor, target: torch.Tensor) -> AlignmentResult:
         """The map (``alignment_map``) from ``source`` anchors onto ``target`` anchors, by
-        least squares or RANSAC (``alignment``)."""
-        linear = self.alignment_map == "linear"
-        if self.alignment == "lstsq":
-            return align_affine(source, target, linear=linear)
-        result = ransac_affine(source, target, **self.ransac_options(), linear=linear)
+        least squares or RANSAC (``alignment``), with its flag and counts read."""
+        search = self._search(source, target)
+        if search is None:
+            return align_affine(source, target, linear=self.alignment_map == "linear")
+        search.settle()
+        result = search.result().on_host()
         self.n_fallbacks_ += int(result.fallback)
         return result
+
+    def _search(self, source: torch.Tensor, target: torch.Tensor) -> RansacSearch | None:
+        """RANSAC's search from ``source`` onto ``target`` (None for ``alignment="lstsq"``)."""
+        if self.alignment == "lstsq":
+            return None
+        return RansacSearch(source, target, **self.ransac_options(), linear=self.alignment_map == "linear")
+
+    #: The diagnostics :meth:`align` returns, in the order of :meth:`_alignment_readings`.
+    DIAGNOSTICS = ("inlier_fraction", "ransac_rejected", "aligned_norm_ratio", "alignment_error", "fallback")
+
+    def _alignment_readings(
+        self, phi_batch: torch.Tensor, clean_slots: torch.Tensor | None, search: RansacSearch | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, RansacSearch | None, int]:
+        """The aligned batch and its diagnostics as one float64 tensor (no host read), the
+        search that made it (``search``, a settled one, or a new one; None for least
+        squares) and the hypotheses it drew."""
+        n_anchors, reference = len(self.anchor_indices_), self.reference_anchor_embedding_
+        if search is None:
+            search = self._search(phi_batch[:n_anchors], reference)
+        if search is None:
+            result = align_affine(phi_batch[:n_anchors], reference, linear=self.alignment_map == "linear")
+        else:
+            result = search.result()
+        aligned = apply_affine(result.transform, phi_batch)
+        misses = (aligned[:n_anchors] - reference).double().pow(2).sum(dim=1)
+        if clean_slots is None:
+            clean_slots = torch.ones(n_anchors, dtype=torch.bool, device=misses.device)
+        clean = clean_slots.to(misses.dtype)
+        reference_rms = rms_row_norm(reference)
+        readings = torch.stack(
+            [
+                result.inliers.double().mean(),
+                torch.as_tensor(result.n_rejected, device=misses.device).double(),
+                rms_row_norm(aligned) / reference_rms,
+                ((misses * clean).sum() / clean.sum()).sqrt() / reference_rms,
+                torch.as_tensor(result.fallback, device=misses.device).double(),
+            ]
+        )
+        return aligned, readings, search, result.n_hypotheses
+
+    def _record_alignment(self, values: list[float], n_hypotheses: int) -> dict[str, float]:
+        """The diagnostics read from :meth:`_alignment_readings`, counted and as step info."""
+        readings = dict(zip(self.DIAGNOSTICS, values))
+        self.n_fallbacks_ += int(readings.pop("fallback"))
+        self.alignment_errors_.append(readings["alignment_error"])
+        return {**readings, "ransac_hypotheses": float(n_hypotheses)}
 
     def align(
         self, phi_batch: torch.Tensor, clean_slots: torch.Tensor | None = None
@@ -284,88 +376,133 @@ class BASiS(SpectralEstimator):
         slots that hold their own node (all, unless ``anchor_outliers``)."""
         if self.alignment == "none":
             return phi_batch, {"inlier_fraction": float("nan")}
-        n_anchors, reference = len(self.anchor_indices_), self.reference_anchor_embedding_
-        result = self._fit(phi_batch[:n_anchors], reference)
-        aligned = apply_affine(result.transform, phi_batch)
-        clean = torch.ones(n_anchors, dtype=torch.bool) if clean_slots is None else clean_slots
-        reference_rms = rms_row_norm(reference)
-        misses = aligned[:n_anchors] - reference
-        # One transfer for the three diagnostics that live on the device.
-        inlier_fraction, norm_ratio, error = torch.stack(
-            [
-                result.inliers.double().mean(),
-                rms_row_norm(aligned) / reference_rms,
-                rms_row_norm(misses[clean.to(misses.device)]) / reference_rms,
-            ]
-        ).tolist()
-        self.alignment_errors_.append(error)
-        return aligned, {
-            "inlier_fraction": inlier_fraction,
-            "ransac_hypotheses": float(result.n_hypotheses),
-            "ransac_rejected": float(result.n_rejected),
-            "aligned_norm_ratio": norm_ratio,
-            "alignment_error": error,
-        }
+        aligned, readings, search, n_hypotheses = self._alignment_readings(phi_batch, clean_slots)
+        if search is not None and bool(search.pending):
+            search.settle()
+            aligned, readings, search, n_hypotheses = self._alignment_readings(phi_batch, clean_slots, search)
+        return aligned, self._record_alignment(readings.tolist(), n_hypotheses)
 
     def _corrupt_anchor_slots(self, batch: torch.Tensor, n: int) -> torch.Tensor:
         """``batch`` with ``anchor_outliers`` of its anchor slots holding a random node of
-        another class, outside the batch (see the class parameters)."""
+        another class, outside the batch (see the class parameters). An ablation: drawn on
+        the host, with host reads."""
         n_anchors = len(self.anchor_indices_)
         slots = torch.randperm(n_anchors, generator=self.generator_)[: round(self.anchor_outliers * n_anchors)]
-        batch = batch.clone()
+        corrupted = batch.cpu().clone()
         for slot in slots.tolist():
             allowed = torch.ones(n, dtype=torch.bool)
-            allowed[batch] = False
+            allowed[corrupted] = False
             if self.class_codes_ is not None:
-                allowed &= self.class_codes_ != self.class_codes_[batch[slot]]
+                allowed &= self.class_codes_ != self.class_codes_[corrupted[slot]]
             pool = allowed.nonzero().squeeze(1)
-            batch[slot] = pool[torch.randint(len(pool), (1,), generator=self.generator_)]
-        return batch
+            corrupted[slot] = pool[torch.randint(len(pool), (1,), generator=self.generator_)]
+        return corrupted.to(batch.device)
 
-    def _draw_embedded_batch(
-        self, n: int, features_of: FeaturesOf, timer: StepTimer, corrupt: bool = False
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Anchors + m - l random nodes of [0, n): their indices, features (from
-        ``features_of(indices)``) and embedding; with ``corrupt``, some anchor slots hold
-        outliers (``anchor_outliers``). A batch whose graph splits into more components than
-        eigenvectors has no defined embedding; it is redrawn (counted in
-        ``n_redrawn_batches_``), up to ``MAX_REDRAWS`` times."""
+    def _draw_batch(self, n: int, features_of: FeaturesOf, corrupt: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """Anchors + m - l random nodes of [0, n) and their features (from
+        ``features_of(indices)``); with ``corrupt``, some anchor slots hold outliers
+        (``anchor_outliers``)."""
         anchors = self.anchor_indices_
-        for _ in range(self.MAX_REDRAWS):
-            batch = torch.cat([anchors, self._sample(n, self.batch_size - len(anchors), exclude=anchors)])
-            if corrupt and self.anchor_outliers > 0:
-                batch = self._corrupt_anchor_slots(batch, n)
-            X_batch = features_of(batch)
-            phi = self._embed_batch(X_batch, timer)
-            if phi is not None:
-                return batch, X_batch, phi
-            self.n_redrawn_batches_ += 1
-        raise InputError(
+        batch = torch.cat([anchors, self._sample(n, self.batch_size - len(anchors), exclude=anchors)])
+        if corrupt and self.anchor_outliers > 0:
+            batch = self._corrupt_anchor_slots(batch, n)
+        return batch, features_of(batch)
+
+    def _too_disconnected(self) -> InputError:
+        return InputError(
             f"{self.MAX_REDRAWS} batches in a row had a graph with more than"
             f" {self.n_components + int(self.drop_trivial)} connected components; increase graph.n_neighbors"
             " or batch_size"
         )
 
-    def _next_batch(self, features_of: FeaturesOf, n_train: int, timer: StepTimer) -> tuple[torch.Tensor, ...]:
-        """A drawn batch (see :meth:`_draw_embedded_batch`): its features and its embedding
-        aligned to the reference, with the alignment's info."""
-        batch, X_batch, phi = self._draw_embedded_batch(n_train, features_of, timer, corrupt=True)
-        with timer("alignment"):
-            phi, info = self.align(phi, clean_slots=batch[: len(self.anchor_indices_)] == self.anchor_indices_)
-        return X_batch, phi, info
+    def _draw_embedded_batch(
+        self, n: int, features_of: FeaturesOf, timer: StepTimer
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """A batch (see :meth:`_draw_batch`), its features and its exact embedding, for the
+        reference. A batch whose graph splits into more components than eigenvectors has no
+        defined embedding; it is redrawn (counted in ``n_redrawn_batches_``), up to
+        ``MAX_REDRAWS`` times."""
+        for _ in range(self.MAX_REDRAWS):
+            batch, X_batch = self._draw_batch(n, features_of, corrupt=False)
+            embedded = self._embed_batch(X_batch, timer, exact=True)
+            if self._components_allowed(embedded):
+                return batch, X_batch, embedded.phi
+            self.n_redrawn_batches_ += 1
+        raise self._too_disconnected()
 
-    def step(self, batch=None) -> dict[str, float]:
-        info = super().step(batch)
+    def _next_batch(self, features_of: FeaturesOf, n_train: int, timer: StepTimer) -> tuple[torch.Tensor, ...]:
+        """A drawn batch, its features and its embedding aligned to the reference, with the
+        alignment's info.
+
+        Everything runs on the device first, as if the batch were usable: its graph's
+        components, its embedding (by ``eigensolver``) and the alignment's search. One read
+        then brings back whether it was (components settled and few enough, eigensolver
+        converged, search finished) with the alignment's diagnostics. Only a batch that
+        fails one of these costs more reads: it is redrawn (too many components; RANSAC's
+        generator is rewound, so the draws are those of a check before the search),
+        re-solved exactly, or its search is finished on the host."""
+        n_anchors, limit = len(self.anchor_indices_), self.n_components + int(self.drop_trivial)
+        for _ in range(self.MAX_REDRAWS):
+            ransac_state = self.ransac_generator_.get_state()
+            batch, X_batch = self._draw_batch(n_train, features_of, corrupt=True)
+            embedded = self._embed_batch(X_batch, timer, exact=False)
+            clean = batch[:n_anchors] == self.anchor_indices_
+            with timer("alignment"):
+                aligned, readings, search, n_hypotheses = self._readings_or_none(embedded.phi, clean)
+                true = torch.ones((), dtype=torch.bool, device=embedded.phi.device)
+                checks = torch.stack(
+                    [
+                        embedded.settled,
+                        count_roots(embedded.labels) <= limit,
+                        true if embedded.converged is None else embedded.converged,
+                        ~true if search is None else search.pending,
+                    ]
+                )
+                riders = self._take_riders()
+                riders = readings.new_zeros(0) if riders is None else riders.double()
+                read = torch.cat([checks.double(), readings, riders]).tolist()
+                if len(riders):
+                    self._riders_read(read[len(read) - len(riders) :])
+                settled, few_enough, converged, pending, *values = read[: len(read) - len(riders)]
+            if not settled:
+                few_enough = self._components_allowed(embedded)
+            if not few_enough:
+                self.ransac_generator_.set_state(ransac_state)
+                self.n_redrawn_batches_ += 1
+                continue
+            if not converged or pending:
+                with timer("alignment"):
+                    if not converged:
+                        self.ransac_generator_.set_state(ransac_state)
+                        self.n_exact_redos_ += 1
+                        embedded = self._embed_batch(X_batch, timer, exact=True)
+                        aligned, readings, search, n_hypotheses = self._readings_or_none(embedded.phi, clean)
+                    if search is not None and bool(search.pending):
+                        search.settle()
+                        aligned, readings, search, n_hypotheses = self._alignment_readings(embedded.phi, clean, search)
+                    values = readings.tolist()
+            if self.alignment == "none":
+                return X_batch, aligned, {"inlier_fraction": float("nan")}
+            return X_batch, aligned, self._record_alignment(values, n_hypotheses)
+        raise self._too_disconnected()
+
+    def _readings_or_none(self, phi: torch.Tensor, clean: torch.Tensor):
+        """:meth:`_alignment_readings`, or the batch as it is with no readings for
+        ``alignment="none"``."""
+        if self.alignment == "none":
+            return phi, phi.new_zeros(0, dtype=torch.float64), None, 0
+        return self._alignment_readings(phi, clean)
+
+    def _after_step(self) -> None:
         first_averaged = self.n_iter - round(self.average_tail * self.n_iter)
-        if self.average_tail > 0 and len(self.loss_curve_) > first_averaged:
-            averaged = len(self.loss_curve_) - first_averaged
+        if self.average_tail > 0 and self.n_steps_ > first_averaged:
+            averaged = self.n_steps_ - first_averaged
             weights = dict(self.model_.named_parameters())
             if averaged == 1:
                 self.averaged_weights_ = {name: value.detach().clone() for name, value in weights.items()}
             else:  # running mean of the weights after each averaged step
                 for name, value in weights.items():
                     self.averaged_weights_[name] += (value.detach() - self.averaged_weights_[name]) / averaged
-        return info
 
     def finish(self) -> BASiS:
         averaged = getattr(self, "averaged_weights_", None)
@@ -381,6 +518,17 @@ class BASiS(SpectralEstimator):
         with timer("gradient"):
             loss = basis_loss(self.model_(X_batch), phi)
         return loss, info
+
+
+@dataclass
+class _EmbeddedBatch:
+    """A batch's graph and embedding, with its checks still on the device."""
+
+    W: torch.Tensor
+    phi: torch.Tensor
+    labels: torch.Tensor
+    settled: torch.Tensor
+    converged: torch.Tensor | None
 
 
 def basis_loss(Y: torch.Tensor, phi: torch.Tensor) -> torch.Tensor:
