@@ -364,7 +364,8 @@ def _batch_laplacian(X: np.ndarray, seed: int, n_neighbors: int = 50) -> torch.T
     from basis.spectral import normalized_laplacian
 
     rows = np.random.default_rng(seed).choice(len(X), 512, replace=False)
-    return normalized_laplacian(dense_affinity(torch.from_numpy(X[rows]), GraphConfig(n_neighbors=n_neighbors))).double()
+    W = dense_affinity(torch.from_numpy(X[rows]), GraphConfig(n_neighbors=n_neighbors))
+    return normalized_laplacian(W).double()
 
 
 def _largest_sine(U: torch.Tensor, V: torch.Tensor) -> float:
