@@ -112,17 +112,28 @@ def _solve(
     design: torch.Tensor, target: torch.Tensor, rcond: float | None, column_scale: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`least_squares`, and the rank it kept."""
+    return _solves(design, target, [rcond], column_scale)[0]
+
+
+def _solves(
+    design: torch.Tensor, target: torch.Tensor, rconds: list[float | None], column_scale: torch.Tensor | None
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """:func:`least_squares` at each rank tolerance of ``rconds``, from one SVD."""
     design, target = design.double(), target.double()
     if column_scale is None:
         column_scale = torch.linalg.norm(design, dim=-2, keepdim=True)
     column_scale = column_scale.double()
     column_scale = torch.where(column_scale > 0, column_scale, torch.ones_like(column_scale))
     U, S, Vh = torch.linalg.svd(design / column_scale, full_matrices=False)
-    cutoff = max(machine_rcond(design), rcond or 0.0)
-    keep = S > cutoff * S[..., :1]
-    inverse = torch.where(keep, 1.0 / torch.where(keep, S, torch.ones_like(S)), torch.zeros_like(S))
-    scaled = Vh.transpose(-1, -2) @ (inverse.unsqueeze(-1) * (U.transpose(-1, -2) @ target))
-    return scaled / column_scale.transpose(-1, -2), keep.sum(dim=-1)
+    projected = U.transpose(-1, -2) @ target
+    solutions = []
+    for rcond in rconds:
+        cutoff = max(machine_rcond(design), rcond or 0.0)
+        keep = S > cutoff * S[..., :1]
+        inverse = torch.where(keep, 1.0 / torch.where(keep, S, torch.ones_like(S)), torch.zeros_like(S))
+        scaled = Vh.transpose(-1, -2) @ (inverse.unsqueeze(-1) * projected)
+        solutions.append((scaled / column_scale.transpose(-1, -2), keep.sum(dim=-1)))
+    return solutions
 
 
 def least_squares(
@@ -154,14 +165,26 @@ def _affine_solve(
     column_scale: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`affine_least_squares`, and the rank of its (centred) design."""
+    return _affine_solves(source, target, linear, [rcond], column_scale)[0]
+
+
+def _affine_solves(
+    source: torch.Tensor,
+    target: torch.Tensor,
+    linear: bool,
+    rconds: list[float | None],
+    column_scale: torch.Tensor | None,
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """:func:`_affine_solve` at each rank tolerance of ``rconds``, from one SVD."""
     dtype, source, target = source.dtype, source.double(), target.double()
     if linear:
-        X, rank = _solve(source, target, rcond, column_scale)
-        return X.transpose(-1, -2).to(dtype), rank
+        return [(X.transpose(-1, -2).to(dtype), rank) for X, rank in _solves(source, target, rconds, column_scale)]
     source_mean, target_mean = source.mean(dim=-2, keepdim=True), target.mean(dim=-2, keepdim=True)
-    A, rank = _solve(source - source_mean, target - target_mean, rcond, column_scale)
-    b = target_mean - source_mean @ A
-    return torch.cat([A, b], dim=-2).transpose(-1, -2).to(dtype), rank
+    solutions = _solves(source - source_mean, target - target_mean, rconds, column_scale)
+    return [
+        (torch.cat([A, target_mean - source_mean @ A], dim=-2).transpose(-1, -2).to(dtype), rank)
+        for A, rank in solutions
+    ]
 
 
 def affine_least_squares(
@@ -343,9 +366,11 @@ def _hypotheses_needed(ratio: torch.Tensor, sample_size: int, confidence: float,
     return torch.where(clean >= 1.0, torch.ones_like(needed), needed)
 
 
-#: Refits :class:`RansacSearch` makes on the device before it asks whether the inlier set
-#: has settled (it usually settles after one or two; see :data:`MAX_REFITS`).
-SPECULATIVE_REFITS = 2
+#: Refits on the inliers :class:`RansacSearch` makes on the device, each computed whether
+#: or not it is due, before it leaves the rest to :meth:`RansacSearch.settle`. None: on the
+#: clustered embeddings Table 1 aligns the first fit's inlier set is already stable, and a
+#: speculative refit costs an SVD (a host wait on CUDA) per step.
+SPECULATIVE_REFITS = 0
 
 
 class RansacSearch:
@@ -413,9 +438,12 @@ class RansacSearch:
         # A map is supported only by more anchors than fix it, and at least by its own sample:
         # K+1 inliers of an exact fit through K+1 anchors are no evidence at all.
         self.consensus = min(n_anchors, max(sample_size, minimal + 1))
-        every = torch.ones(n_anchors, dtype=torch.bool, device=device)
-        # A sample is usable when it fixes as much of the map as all anchors do.
-        self.anchor_rank = self._fit(every)[1]
+        # One SVD of all anchors gives their rank at the noise tolerance (a sample is usable
+        # when it fixes as much of the map as all anchors do) and the fallback: the exact
+        # least-squares map on all anchors (affine_least_squares's defaults).
+        (_, self.anchor_rank), (self.fallback_transform, _) = _affine_solves(
+            self.source, self.target, linear, [rcond, None], None
+        )
         # State, all tensors but the count of hypotheses drawn (known on the host).
         self.drawn = 0
         long = {"dtype": torch.int64, "device": device}
@@ -427,7 +455,8 @@ class RansacSearch:
         self.transform = torch.zeros((dim, width), dtype=torch.float64, device=device)
         self.inliers = torch.zeros(n_anchors, dtype=torch.bool, device=device)
         self.refits = torch.zeros((), **long)
-        self.refining = torch.zeros((), dtype=torch.bool, device=device)  # its inlier set may still change
+        self.candidate = self.inliers  # the anchors within the threshold under the best map
+        self.refining = torch.zeros((), dtype=torch.bool, device=device)  # a refit on them is due
         self.needed = torch.zeros((), dtype=torch.float64, device=device)
         self._round()
 
@@ -457,16 +486,21 @@ class RansacSearch:
     def _errors(self, transform: torch.Tensor) -> torch.Tensor:
         return _row_errors(transform, self.source, self.target)
 
-    def _refine(self, transform, inliers, refits, refining, steps: int):
-        """Up to ``steps`` refits on the inliers, each kept only while the inlier set still
-        changes and keeps a consensus (local optimisation, at most :data:`MAX_REFITS`)."""
-        for _ in range(steps):
-            refined = self._errors(transform) < self.threshold
-            go = refining & (refined != inliers).any() & (refined.sum() >= self.consensus) & (refits < MAX_REFITS)
-            transform = torch.where(go, self._fit(refined)[0], transform)
-            inliers = torch.where(go, refined, inliers)
-            refits, refining = refits + go.long(), go
-        return transform, inliers, refits, refining
+    def _check(self, transform, inliers, refits) -> tuple[torch.Tensor, torch.Tensor]:
+        """The anchors within the threshold under ``transform``, and whether a refit on them
+        is due: they differ from ``inliers``, keep a consensus, and refits are left."""
+        candidate = self._errors(transform) < self.threshold
+        due = (candidate != inliers).any() & (candidate.sum() >= self.consensus) & (refits < MAX_REFITS)
+        return candidate, due
+
+    def _refit(self, transform, inliers, refits, candidate, refining):
+        """One refit on the ``candidate`` inliers where ``refining`` says it is due (local
+        optimisation), and the check of its result."""
+        transform = torch.where(refining, self._fit(candidate)[0], transform)
+        inliers = torch.where(refining, candidate, inliers)
+        refits = refits + refining.long()
+        candidate, due = self._check(transform, inliers, refits)
+        return transform, inliers, refits, candidate, refining & due
 
     # -- the search -------------------------------------------------------------------
     def _round(self) -> None:
@@ -491,10 +525,12 @@ class RansacSearch:
         self.best_count = torch.where(better, count, self.best_count)
         self.best_error = torch.where(better, error, self.best_error)
         adopt = better & (count >= self.consensus)
-        first_fit = self._fit(top_inliers)[0]
-        refined = self._refine(first_fit, top_inliers, torch.ones_like(self.refits), adopt, SPECULATIVE_REFITS)
-        current = (self.transform, self.inliers, self.refits, self.refining)
-        self.transform, self.inliers, self.refits, self.refining = [
+        first_fit, refits = self._fit(top_inliers)[0], torch.ones_like(self.refits)
+        refined = (first_fit, top_inliers, refits, *self._check(first_fit, top_inliers, refits))
+        for _ in range(SPECULATIVE_REFITS):
+            refined = self._refit(*refined)
+        current = (self.transform, self.inliers, self.refits, self.candidate, self.refining)
+        self.transform, self.inliers, self.refits, self.candidate, self.refining = [
             torch.where(adopt, new, old) for new, old in zip(refined, current)
         ]
         self.found = self.found | adopt
@@ -520,8 +556,8 @@ class RansacSearch:
         until ``confidence`` is met, reading one flag per refit or round."""
         while True:
             if bool(self.found & self.refining):
-                self.transform, self.inliers, self.refits, self.refining = self._refine(
-                    self.transform, self.inliers, self.refits, self.refining, 1
+                self.transform, self.inliers, self.refits, self.candidate, self.refining = self._refit(
+                    self.transform, self.inliers, self.refits, self.candidate, self.refining
                 )
                 self._update_needed()
             elif self.drawn < self.max_iter and bool(self.needed > self.drawn):
@@ -540,7 +576,7 @@ class RansacSearch:
             & (alignment_gain(self.transform, self.source, self.target) <= self.max_gain)
             & (best_residuals.pow(2).mean().sqrt() <= self.target_rms)
         )
-        fallback = affine_least_squares(self.source, self.target, linear=self.linear)
+        fallback = self.fallback_transform
         transform = torch.where(accept, self.transform, fallback)
         residuals = torch.where(accept, best_residuals, self._errors(fallback))
         inliers = torch.where(accept, residuals < self.threshold, torch.ones_like(self.inliers))

@@ -58,31 +58,101 @@ def bench_step(
     warmup: int = 10,
     device: str = "auto",
     seed: int = 0,
+    eigensolver: str = "auto",
+    compare: bool = False,
+    profile: bool = False,
 ) -> dict[str, Any]:
-    """Median wall time of one BASiS iteration and of its parts, in milliseconds, and what
-    an iteration would make a CUDA host wait for (:func:`count_host_syncs`)."""
-    records: list[dict[str, float]] = []
-    record = lambda step, info: records.append(info)  # noqa: E731
-    _fit_basis(batch_size, n_components, dim, n_neighbors, n_iter, device, seed, record)
-    kept = records[warmup:]
-    parts = sorted(k for k in kept[0] if k.startswith("ms_") and k != "ms_step")
-    return {
+    """Median wall time of one BASiS iteration and of its parts, in milliseconds, the
+    solver used, what an iteration would make a CUDA host wait for
+    (:func:`count_host_syncs`) and, on CUDA, the waits torch's sync debug mode reports per
+    iteration. ``compare`` times the exact and the subspace eigensolver one after the
+    other in this process; ``profile`` adds the top device kernels (torch.profiler)."""
+    resolved = resolve_device(device)
+    solvers = ["exact", "subspace"] if compare else [eigensolver]
+    timings = {
+        solver: _time_steps(batch_size, n_components, dim, n_neighbors, n_iter, warmup, str(resolved), seed, solver)
+        for solver in solvers
+    }
+    result: dict[str, Any] = {
         "host_syncs_per_iteration": count_host_syncs(batch_size, n_components, dim, n_neighbors, seed=seed),
-        "ms_per_iteration": {
-            "total": float(np.median([r["ms_step"] for r in kept])),
-            **{k[3:]: float(np.median([r[k] for r in kept])) for k in parts},
-        },
-        "device": str(resolve_device(device)),
+        **(timings[solvers[0]] if not compare else {"compare": timings}),
+        "device": str(resolved),
+        "device_name": torch.cuda.get_device_name(resolved) if resolved.type == "cuda" else "cpu",
         "settings": {
             "batch_size": batch_size,
             "n_components": n_components,
             "dim": dim,
             "n_neighbors": n_neighbors,
-            "iterations_timed": len(kept),
+            "iterations_timed": n_iter - warmup,
         },
         "note": "graph, eigensolve and alignment of batch t+1 run in a worker thread while the gradient step of"
-        " batch t runs; total is the wall time per iteration",
+        " batch t runs; total is the wall time per iteration; parts are device time (CUDA events) on CUDA",
     }
+    if profile and resolved.type == "cuda":
+        result["top_kernels"] = _top_kernels(batch_size, n_components, dim, n_neighbors, str(resolved), seed)
+    return result
+
+
+def _time_steps(
+    batch_size: int,
+    n_components: int,
+    dim: int,
+    n_neighbors: int,
+    n_iter: int,
+    warmup: int,
+    device: str,
+    seed: int,
+    eigensolver: str,
+) -> dict[str, Any]:
+    """ms per iteration and part, the solver used and, on CUDA, the sync-debug waits."""
+    import warnings
+
+    records: list[dict[str, float]] = []
+    cuda = device.startswith("cuda")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if cuda:
+            torch.cuda.set_sync_debug_mode("warn")
+        try:
+            model = _fit_basis(
+                batch_size,
+                n_components,
+                dim,
+                n_neighbors,
+                n_iter,
+                device,
+                seed,
+                lambda step, info: records.append(info),
+                eigensolver,
+            )
+        finally:
+            if cuda:
+                torch.cuda.set_sync_debug_mode("default")
+    kept = records[warmup:]
+    parts = sorted(k for k in kept[0] if k.startswith("ms_") and k != "ms_step")
+    waits = [w for w in caught if "synchroniz" in str(w.message).lower()]
+    return {
+        "ms_per_iteration": {
+            "total": float(np.median([r["ms_step"] for r in kept])),
+            **{k[3:]: float(np.median([r[k] for r in kept])) for k in parts},
+        },
+        "eigensolver": "subspace" if model.subspace_solver_ is not None else "exact",
+        "exact_redos": model.n_exact_redos_,
+        "cuda_sync_warnings_per_iteration": len(waits) / n_iter if cuda else None,
+        "cuda_sync_warning_sources": sorted({str(w.message).split("\n")[0][:120] for w in waits})[:10],
+    }
+
+
+def _top_kernels(batch_size: int, n_components: int, dim: int, n_neighbors: int, device: str, seed: int) -> list:
+    """The 15 device kernels with the most CUDA time over 30 iterations."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        _fit_basis(batch_size, n_components, dim, n_neighbors, 30, device, seed, None)
+    events = sorted(prof.key_averages(), key=lambda e: getattr(e, "device_time_total", 0.0), reverse=True)[:15]
+    return [
+        {"name": e.key[:80], "calls": e.count, "device_ms": getattr(e, "device_time_total", 0.0) / 1e3} for e in events
+    ]
 
 
 def count_host_syncs(

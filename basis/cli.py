@@ -420,7 +420,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     if args.what == "step":
         result = bench.bench_step(
-            batch_size=args.m, n_components=args.k_eig, dim=args.d, n_neighbors=args.k, device=args.device
+            batch_size=args.m,
+            n_components=args.k_eig,
+            dim=args.d,
+            n_neighbors=args.k,
+            device=args.device,
+            eigensolver=args.eigensolver,
+            compare=args.compare,
+            profile=args.profile,
         )
     else:
         result = bench.bench_reference(
@@ -521,6 +528,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--neighbors", default="exact", choices=NEIGHBOR_BACKENDS, help="neighbour search of the graph (reference)"
     )
+    bench.add_argument(
+        "--eigensolver", default="auto", choices=["auto", "exact", "subspace"], help="BASiS's eigensolver (step)"
+    )
+    bench.add_argument("--compare", action="store_true", help="time the exact and the subspace eigensolver (step)")
+    bench.add_argument("--profile", action="store_true", help="the top device kernels, on CUDA (step)")
     bench.set_defaults(func=cmd_bench)
 
     tracking = sub.add_parser("tracking", help="MLflow store upkeep: create experiments, close runs of killed jobs")

@@ -331,10 +331,14 @@ def _chebyshev_filter(
     matrix: torch.Tensor, X: torch.Tensor, degree: int, centre: torch.Tensor, half_width: torch.Tensor
 ) -> torch.Tensor:
     """T_degree((matrix - centre) / half_width) X by the three-term recurrence: bounded on
-    [centre - half_width, centre + half_width], growing fast below it."""
-    previous, current = X, (matrix @ X - centre * X) / half_width
+    [centre - half_width, centre + half_width], growing fast below it. The recurrence's
+    operator 2 (matrix - centre) / half_width is built once, so each degree is one fused
+    matrix product (``addmm``): one kernel on a GPU."""
+    eye = torch.eye(matrix.shape[0], dtype=matrix.dtype, device=matrix.device)
+    shifted = (matrix - centre * eye) * (2.0 / half_width)
+    previous, current = X, 0.5 * (shifted @ X)
     for _ in range(degree - 1):
-        previous, current = current, 2.0 * (matrix @ current - centre * current) / half_width - previous
+        previous, current = current, torch.addmm(previous, shifted, current, beta=-1.0)
     return current
 
 

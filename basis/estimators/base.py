@@ -105,6 +105,17 @@ def _split_cores(device: torch.device):
         torch.set_num_threads(budget)
 
 
+def _tensors(content: Any) -> list[torch.Tensor]:
+    """The tensors in a batch's content (nested tuples, lists and dicts)."""
+    if isinstance(content, torch.Tensor):
+        return [content]
+    if isinstance(content, dict):
+        content = list(content.values())
+    if isinstance(content, (tuple, list)):
+        return [tensor for item in content for tensor in _tensors(item)]
+    return []
+
+
 def _run_now(function: Callable, *args: Any) -> Future:
     """``function(*args)`` run at once, as a finished future (the worker's stand-in)."""
     future: Future = Future()
@@ -153,6 +164,8 @@ class PreparedBatch:
     timer: StepTimer
     #: The values of the ``riders`` handed to :meth:`SpectralEstimator.prepare_batch`.
     rider_values: list[float] | None = None
+    #: On CUDA, the event after which the batch's tensors are ready (see prepare_batch).
+    ready: Any = None
 
 
 class SpectralEstimator(TransformerMixin, BaseEstimator):
@@ -314,7 +327,8 @@ class SpectralEstimator(TransformerMixin, BaseEstimator):
                     if len(unread) >= self.LOSS_BLOCK:
                         riding, unread = unread, []
                         riders = torch.stack([loss for _, loss, _, _ in riding])
-                    pending = prepare(self.prepare_batch, None, riders)
+                    after = self._mark() if self._prepare_stream is not None else None
+                    pending = prepare(self.prepare_batch, None, riders, after)
                 loss, info = self._train_step(batch)
                 info["ms_step"] = (time.perf_counter() - start) * 1e3
                 unread.append((first + step, loss, info, batch))
@@ -343,7 +357,10 @@ class SpectralEstimator(TransformerMixin, BaseEstimator):
             torch.manual_seed(self.seed)
             self.model_ = self._build_model(X.shape[1]).to(self.device_)
         self._training_data = torch.from_numpy(X).to(self.device_)
+        self._prepare_stream = None  # the set-up runs on the default stream
         self._prepare(self._training_data, y)
+        # Batches are prepared on a stream of their own on CUDA (see prepare_batch).
+        self._prepare_stream = torch.cuda.Stream(self.device_) if self.device_.type == "cuda" else None
         # The fused Adam keeps its step counters on the device: no host read per step on
         # CUDA. On the CPU the default (foreach) Adam is kept: its numbers are the reference.
         fused = {"fused": True} if self.device_.type == "cuda" else {}
@@ -367,7 +384,12 @@ class SpectralEstimator(TransformerMixin, BaseEstimator):
     def _training_features(self, indices: torch.Tensor) -> torch.Tensor:
         return self._training_data[indices.to(self._training_data.device)]
 
-    def prepare_batch(self, features_of: FeaturesOf | None = None, riders: torch.Tensor | None = None) -> PreparedBatch:
+    def prepare_batch(
+        self,
+        features_of: FeaturesOf | None = None,
+        riders: torch.Tensor | None = None,
+        after: Any = None,
+    ) -> PreparedBatch:
         """Draw the next batch and compute everything about it that does not need the
         network (graph, analytic target, alignment), timed by part. ``features_of``
         gives the features of training nodes by index (default: the rows of the
@@ -375,14 +397,36 @@ class SpectralEstimator(TransformerMixin, BaseEstimator):
         worker thread while :meth:`step` runs on the previous batch. ``riders``, a 1-D
         tensor of values to read from the device (the fit loop's losses), are read in the
         method's own read of the batch where it makes one (BASiS), or else on their own, and
-        come back as ``rider_values``."""
+        come back as ``rider_values``.
+
+        On CUDA the batch is prepared on a stream of its own, so that it overlaps with the
+        gradient step on the default stream: it starts after ``after`` (a CUDA event the
+        caller recorded; by default, everything queued so far on the caller's stream) and
+        :meth:`step` waits for its ``ready`` event."""
         timer = StepTimer(self.device_)
         n_train = len(self._training_data)
         self._riders, self._rider_values = riders, None
-        content = self._next_batch(features_of or self._training_features, n_train, timer)
+        stream = self._prepare_stream
+        if stream is None:
+            content = self._next_batch(features_of or self._training_features, n_train, timer)
+            ready = None
+        else:
+            after = after if after is not None else self._mark()
+            with torch.cuda.stream(stream):
+                stream.wait_event(after)
+                if riders is not None:
+                    riders.record_stream(stream)
+                content = self._next_batch(features_of or self._training_features, n_train, timer)
+                ready = self._mark()
         if riders is not None and self._rider_values is None:
             self._rider_values = riders.tolist()
-        return PreparedBatch(content, timer, self._rider_values)
+        return PreparedBatch(content, timer, self._rider_values, ready)
+
+    def _mark(self) -> Any:
+        """A CUDA event recorded now on the current stream."""
+        event = torch.cuda.Event()
+        event.record(torch.cuda.current_stream(self.device_))
+        return event
 
     def _take_riders(self) -> torch.Tensor | None:
         """For a method's :meth:`_next_batch`: the riders to read with its own read (once);
@@ -405,6 +449,11 @@ class SpectralEstimator(TransformerMixin, BaseEstimator):
 
     def _train_step(self, batch: PreparedBatch) -> tuple[torch.Tensor, dict[str, float]]:
         """The gradient step; the loss is left on the device (see :meth:`step` and :meth:`fit`)."""
+        if batch.ready is not None:  # prepared on its own stream: wait for it, and keep its memory
+            main = torch.cuda.current_stream(self.device_)
+            main.wait_event(batch.ready)
+            for tensor in _tensors(batch.content):
+                tensor.record_stream(main)
         self.model_.train()
         loss, info = self._batch_loss(batch.content, batch.timer)
         with batch.timer("gradient"):
