@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from basis.catalog import DATASETS, method_names
-from basis.errors import InputError
+from basis.errors import InputError, Terminated
 from basis.inputs import check_output, check_seed, check_store
 from basis.outputs import atomic_path, write_json
 from basis.settings import NEIGHBOR_BACKENDS
@@ -588,6 +588,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         check_common(args)
+        if getattr(args, "track", None):
+            from basis.tracking import stop_on_sigterm
+
+            stop_on_sigterm()
         args.threads = limit_threads(args.threads)
         with recording() as seconds:
             code = args.func(args)
@@ -598,6 +602,11 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except Terminated as err:
+        print(
+            f"error: stopped by {err} (a cancel or a time limit); its MLflow run is closed as KILLED", file=sys.stderr
+        )
+        return 143
     except Exception:
         import traceback
 

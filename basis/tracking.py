@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from basis.errors import Terminated
 from basis.timing import timed, timed_calls
 
 log = logging.getLogger(__name__)
@@ -282,6 +283,18 @@ def parent_run(mlflow_client, experiment_id: str, name: str, store: str | Path =
         return run.info.run_id
 
 
+def stop_on_sigterm() -> None:
+    """Turn SIGTERM into :class:`Terminated` in the main thread, so that a job that SLURM
+    cancels or times out unwinds: its MLflow run is closed as KILLED and its partial
+    outputs are not kept (SLURM sends SIGKILL only ``KillWait`` seconds later)."""
+    import signal
+
+    def stop(signum, frame):
+        raise Terminated(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 @contextmanager
 def tracked_run(
     experiment: str,
@@ -302,10 +315,13 @@ def tracked_run(
         yield tracked
         with timed("tracking"):
             tracked.flush()
-    except BaseException:
+    except BaseException as err:
         tracked.flush()
         monitor.finish()
-        mlflow_client.set_terminated(run.info.run_id, "FAILED")
+        # A job stopped from outside (a scheduler's cancel or time limit, Ctrl-C) closes
+        # its own run as KILLED, on whatever node it runs; any other error as FAILED.
+        killed = isinstance(err, (KeyboardInterrupt, Terminated))
+        mlflow_client.set_terminated(run.info.run_id, "KILLED" if killed else "FAILED")
         raise
     with timed("tracking"):
         monitor.finish()
@@ -350,11 +366,16 @@ def _matches(run, key: dict[str, str]) -> bool:
 
 
 def supersede_older(mlflow_client, experiment_id: str, tags: dict[str, str], newest_run_id: str) -> list[str]:
-    """Tag every other finished run of the same job key as superseded by the newest."""
+    """Tag every other finished or killed run of the same job key as superseded by the
+    newest (a rerun after a cancelled or timed-out job replaces its run too)."""
     key = _key(tags)
     if not key:
         return []
-    finished = _search_all(mlflow_client, [experiment_id], "attributes.status = 'FINISHED'")
+    finished = [
+        run
+        for status in ("FINISHED", "KILLED")
+        for run in _search_all(mlflow_client, [experiment_id], f"attributes.status = '{status}'")
+    ]
     older = [r for r in finished if r.info.run_id != newest_run_id and _matches(r, key)]
     for run in older:
         mlflow_client.set_tag(run.info.run_id, "superseded", "true")

@@ -50,12 +50,21 @@ def test_the_cli_honours_threads():
             "--device",
             "cpu",
             "--json",
+            "--compare",
+            "--profile",
         ],
         capture_output=True,
         text=True,
         check=True,
     ).stdout
-    assert all(n == 1 for n in json.loads(out)["threads"].values())
+    report = json.loads(out)
+    assert all(n == 1 for n in report["threads"].values())
+    # --compare times both eigensolvers in this process; --profile is for CUDA only
+    assert {solver: report["compare"][solver]["eigensolver"] for solver in ("exact", "subspace")} == {
+        "exact": "exact",
+        "subspace": "subspace",
+    }
+    assert "top_kernels" not in report and report["host_syncs_per_iteration"]["total"] <= 1.1
 
 
 def test_threads_must_be_positive():

@@ -6,6 +6,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from conftest import HANG_GUARD_S
@@ -84,3 +85,44 @@ def test_a_quote_in_a_tag_is_safe_and_supersedes_only_its_own_job(tmp_path):
     assert all(r.info.status == "FINISHED" for r in runs) and len(runs) == 3
     superseded = [r for r in runs if r.data.tags.get("superseded") == "true"]
     assert len(superseded) == 1 and superseded[0].data.tags["dataset"] == "it's"
+
+
+def test_a_job_stopped_by_sigterm_closes_its_own_run_as_killed_and_a_rerun_supersedes_it(tmp_path):
+    """What SLURM does to a cancelled or timed-out job (SIGTERM, SIGKILL KillWait seconds
+    later): the job closes its run as KILLED itself, on whatever node it runs, exits 143,
+    and the next finished run of the same job supersedes it."""
+    store = tmp_path / "mlflow"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    command = [sys.executable, "-m", "basis", "run", "--dataset", "two_moons", "--method", "basis"]
+    tracked = ["--track", "exp", "--store", str(store), "--tag", "rule=train_and_evaluate", "--out"]
+    job = subprocess.Popen(
+        [*command, "--set", "n_iter=1000000", *tracked, str(tmp_path / "long")],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        for _ in range(HANG_GUARD_S * 2):  # until the run is open
+            if (store / "mlflow.db").exists() and tracking.client(store).get_experiment_by_name("exp"):
+                runs = tracking.client(store).search_runs(
+                    [tracking.client(store).get_experiment_by_name("exp").experiment_id]
+                )
+                if runs:
+                    break
+            time.sleep(0.5)
+        job.send_signal(signal.SIGTERM)
+        _, stderr = job.communicate(timeout=HANG_GUARD_S)
+    finally:
+        job.kill()
+    assert job.returncode == 143, stderr[-2000:]
+    assert "stopped by signal 15" in stderr
+    [killed] = tracking.client(store).search_runs([tracking.client(store).get_experiment_by_name("exp").experiment_id])
+    assert killed.info.status == "KILLED"
+    rerun = subprocess.run(
+        [*command, "--set", "n_iter=3", *tracked, str(tmp_path / "short")], env=env, capture_output=True, text=True
+    )
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    killed = tracking.client(store).get_run(killed.info.run_id)
+    assert killed.data.tags.get("superseded") == "true"
