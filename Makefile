@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/pip install --quiet -e ".[test]"
 	touch $(STAMP)
 
-.PHONY: setup run quick test test-fast lint bench
+.PHONY: setup run quick test test-fast test-cluster lint bench
 setup: $(STAMP)
 
 run: $(STAMP)
@@ -23,9 +23,14 @@ quick: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -q
 
+# The cluster path on a live single-node SLURM cluster on localhost (root: it installs and
+# starts munge, MariaDB and SLURM's daemons, and tears them down afterwards).
+test-cluster: $(STAMP)
+	$(VENV)/bin/python -m pytest -q -m cluster tests/cluster
+
 # The edit-test loop: everything but the end-to-end workflow and the long training runs.
 test-fast: $(STAMP)
-	$(VENV)/bin/python -m pytest -q -m "not slow"
+	$(VENV)/bin/python -m pytest -q -m "not slow and not cluster"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check basis tests workflow/scripts benchmarks

@@ -160,7 +160,8 @@ def dense_affinity(X: torch.Tensor, config: GraphConfig) -> torch.Tensor:
     m = X.shape[0]
     if config.n_neighbors >= m:
         raise InputError(f"n_neighbors={config.n_neighbors} must be smaller than the batch size {m}")
-    dists, idx = knn(X, config.n_neighbors, chunk_size=m)
+    # One chunk holds the whole batch (m x m scores): no need to ask the device for room.
+    dists, idx = knn(X, config.n_neighbors, chunk_size=m, max_block_bytes=m * m * X.element_size())
     weights = gaussian_weights(dists, kernel_bandwidth(dists, config), config.kernel)
     W = torch.zeros((m, m), dtype=X.dtype, device=X.device)
     W.scatter_(1, idx, weights)

@@ -68,7 +68,8 @@ def fix_signs(U: np.ndarray | torch.Tensor) -> np.ndarray | torch.Tensor:
     """Flip each column so that its entry of largest magnitude is positive."""
     lib = torch if isinstance(U, torch.Tensor) else np
     rows = lib.argmax(lib.abs(U), **({"dim": 0} if lib is torch else {"axis": 0}))
-    signs = lib.sign(U[rows, lib.arange(U.shape[1])])
+    columns = torch.arange(U.shape[1], device=U.device) if lib is torch else np.arange(U.shape[1])
+    signs = lib.sign(U[rows, columns])
     return U * lib.where(signs == 0, 1, signs)
 
 
@@ -312,7 +313,8 @@ class SubspaceEigensolver:
         if self.start is None or self.start.shape != (m, block):
             generator = torch.Generator().manual_seed(self.seed)
             self.start = torch.randn(m, block, generator=generator, dtype=torch.float64).to(matrix.device)
-        cut = torch.minimum(self.cut, 0.9 * torch.as_tensor(upper, dtype=torch.float64, device=matrix.device))
+        # The damped interval must not be empty (no host value is read, nor one copied over).
+        cut = self.cut.clamp(max=0.9 * upper) if isinstance(upper, float) else torch.minimum(self.cut, 0.9 * upper)
         half_width, centre = (upper - cut) / 2, (upper + cut) / 2
         X = self.start
         for _ in range(self.iterations):

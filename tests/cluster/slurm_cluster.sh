@@ -5,17 +5,21 @@
 #
 #   bash tests/cluster/slurm_cluster.sh up     # install what is missing, start, wait until ready
 #   bash tests/cluster/slurm_cluster.sh down   # stop every daemon it started, remove its state
-#   bash tests/cluster/slurm_cluster.sh env    # the exports a client needs (SLURM_CONF)
+#   bash tests/cluster/slurm_cluster.sh env    # the exports a client needs (the default SLURM_CONF)
 #
-# Every file it writes lives in $CLUSTER_STATE (default: tests/cluster/.state in the clone),
-# except munge's own /run/munge; the daemons run as root. It refuses to start where a SLURM
-# daemon runs that it did not start, and `down` stops only the daemons whose pid files it wrote.
-# Needs root (apt-get, the daemons).
+# Its state, logs and database live in $CLUSTER_STATE (default: tests/cluster/.state in the
+# clone); its slurm.conf and slurmdbd.conf go where every SLURM command and job looks for
+# them, /etc/slurm, marked as this script's; munge uses its own /run/munge. The daemons run
+# as root. It refuses to start where a SLURM daemon runs that it did not start or where
+# /etc/slurm holds a configuration it did not write, and `down` stops only the daemons
+# whose pid files it wrote and removes only its own configuration. Needs root.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 STATE=${CLUSTER_STATE:-$here/.state}
 PACKAGES=(slurm-wlm slurmdbd slurm-client munge mariadb-server)
 DB_PORT=${CLUSTER_DB_PORT:-13306}
+CONF=/etc/slurm
+MARK="# written by basis-repro tests/cluster/slurm_cluster.sh"
 
 say() { echo "slurm_cluster: $*" >&2; }
 
@@ -48,7 +52,9 @@ write_configs() {
     host=$(hostname -s)
     cpus=$(nproc)
     memory=$(($(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 - 1024))
-    cat > "$STATE/slurm.conf" << EOF
+    mkdir -p "$CONF"
+    cat > "$CONF/slurm.conf" << EOF
+$MARK
 ClusterName=basis
 SlurmctldHost=$host(127.0.0.1)
 SlurmctldPort=16817
@@ -71,6 +77,8 @@ AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=127.0.0.1
 AccountingStoragePort=16819
 JobCompType=jobcomp/none
+# The executor plugin names each job's rule in its comment; accounting keeps it for sacct.
+AccountingStoreFlags=job_comment
 ReturnToService=2
 KillWait=5
 MinJobAge=600
@@ -80,7 +88,8 @@ MpiDefault=none
 NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$memory State=UNKNOWN
 PartitionName=main Nodes=$host Default=YES MaxTime=INFINITE State=UP
 EOF
-    cat > "$STATE/slurmdbd.conf" << EOF
+    cat > "$CONF/slurmdbd.conf" << EOF
+$MARK
 AuthType=auth/munge
 DbdHost=localhost
 DbdAddr=127.0.0.1
@@ -94,7 +103,7 @@ StoragePort=$DB_PORT
 StorageUser=root
 StorageLoc=slurm_acct_db
 EOF
-    chmod 600 "$STATE/slurmdbd.conf"
+    chmod 600 "$CONF/slurmdbd.conf"
 }
 
 wait_for() {  # wait_for SECONDS DESCRIPTION COMMAND...
@@ -147,10 +156,16 @@ up() {
         say "already up"
         return 0
     fi
+    local file
+    for file in "$CONF/slurm.conf" "$CONF/slurmdbd.conf"; do
+        if [ -e "$file" ] && ! grep -qxF "$MARK" "$file"; then
+            say "refusing: $file is a SLURM configuration this script did not write"
+            exit 3
+        fi
+    done
     mkdir -p "$STATE"/ctld "$STATE"/slurmd
     install
     write_configs
-    export SLURM_CONF=$STATE/slurm.conf
     start_munge
     start_database
     slurmdbd
@@ -167,8 +182,16 @@ up() {
 
 down() {
     local pid file
-    export SLURM_CONF=$STATE/slurm.conf
-    [ -e "$STATE/slurm.conf" ] && scancel --user=root > /dev/null 2>&1 || true
+    [ -n "$(ours)" ] && scancel --user=root > /dev/null 2>&1 || true
+    # Job processes that outlived their job (proctrack/linuxproc follows parent pids only).
+    for file in /proc/[0-9]*/environ; do
+        pid=${file#/proc/}
+        pid=${pid%/environ}
+        [ "$pid" = $$ ] && continue
+        if tr '\0' '\n' < "$file" 2> /dev/null | grep -qx "SLURM_CLUSTER_NAME=basis"; then
+            kill -9 "$pid" 2> /dev/null || true
+        fi
+    done
     for file in slurmd slurmctld slurmdbd mariadb munged; do
         [ -e "$STATE/$file.pid" ] || continue
         pid=$(cat "$STATE/$file.pid")
@@ -179,6 +202,9 @@ down() {
         done
         kill -9 "$pid" 2> /dev/null || true
     done
+    for file in "$CONF/slurm.conf" "$CONF/slurmdbd.conf"; do
+        [ -e "$file" ] && grep -qxF "$MARK" "$file" && rm -f "$file"
+    done
     rm -rf "$STATE"
     say "down"
 }
@@ -187,7 +213,7 @@ mkdir -p "$STATE"
 case "${1:-}" in
     up) up ;;
     down) down ;;
-    env) echo "export SLURM_CONF=$STATE/slurm.conf" ;;
+    env) echo "export SLURM_CONF=$CONF/slurm.conf" ;;
     *)
         echo "usage: $0 up|down|env" >&2
         exit 2

@@ -12,8 +12,12 @@ smk = snakemake  # noqa: F821 (injected by Snakemake)
 # The job imports the library from this checkout, whatever environment runs it.
 root = str(Path(smk.scriptdir).parents[1])
 env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-# --threads: the cores Snakemake gave this job, which every thread pool of the job honours.
-command = [sys.executable, "-m", "basis", *map(str, smk.params.command), "--threads", str(smk.threads), "--json"]
+# --threads: the cores Snakemake gave this job, which every thread pool of the job honours;
+# inside a SLURM allocation never more than SLURM gave it (a group's jobs share theirs).
+threads = smk.threads
+if os.environ.get("SLURM_CPUS_PER_TASK", "").isdigit():
+    threads = max(1, min(threads, int(os.environ["SLURM_CPUS_PER_TASK"])))
+command = [sys.executable, "-m", "basis", *map(str, smk.params.command), "--threads", str(threads), "--json"]
 for tag in smk.params.tags:
     command += ["--tag", tag]
 with open(smk.log[0], "w") as log:
