@@ -366,13 +366,6 @@ def _hypotheses_needed(ratio: torch.Tensor, sample_size: int, confidence: float,
     return torch.where(clean >= 1.0, torch.ones_like(needed), needed)
 
 
-#: Refits on the inliers :class:`RansacSearch` makes on the device, each computed whether
-#: or not it is due, before it leaves the rest to :meth:`RansacSearch.settle`. None: on the
-#: clustered embeddings Table 1 aligns the first fit's inlier set is already stable, and a
-#: speculative refit costs an SVD (a host wait on CUDA) per step.
-SPECULATIVE_REFITS = 0
-
-
 class RansacSearch:
     """:func:`ransac_affine`'s search with every decision kept on the anchors' device.
 
@@ -380,8 +373,10 @@ class RansacSearch:
     its inliers (0/1 row weights, a fixed shape) and the final choice between the best
     map and the least-squares fallback are tensor operations: nothing is read back to the
     host. :attr:`pending` says, as a 0-dim bool tensor, whether the search is unfinished:
-    more rounds are needed for ``confidence``, or the inlier set was still changing after
-    :data:`SPECULATIVE_REFITS` refits. A caller reads it together with whatever else it
+    more rounds are needed for ``confidence``, or a refit on the first fit's inliers is due
+    (none is computed speculatively: on the clustered embeddings Table 1 aligns the first
+    fit's inlier set is already stable, and each refit costs an SVD, a host wait on CUDA).
+    A caller reads it together with whatever else it
     reads (BASiS reads it with the step's diagnostics, in one transfer) and calls
     :meth:`settle` only when it is true; :meth:`settle` finishes the search on the host, one
     read per refit or round. Hypotheses are drawn from ``generator`` on the anchors'
@@ -527,8 +522,6 @@ class RansacSearch:
         adopt = better & (count >= self.consensus)
         first_fit, refits = self._fit(top_inliers)[0], torch.ones_like(self.refits)
         refined = (first_fit, top_inliers, refits, *self._check(first_fit, top_inliers, refits))
-        for _ in range(SPECULATIVE_REFITS):
-            refined = self._refit(*refined)
         current = (self.transform, self.inliers, self.refits, self.candidate, self.refining)
         self.transform, self.inliers, self.refits, self.candidate, self.refining = [
             torch.where(adopt, new, old) for new, old in zip(refined, current)
