@@ -18,7 +18,7 @@ from basis.catalog import DATASETS, method_names
 from basis.errors import InputError, Terminated
 from basis.inputs import check_output, check_seed, check_store
 from basis.outputs import atomic_path, write_json
-from basis.settings import NEIGHBOR_BACKENDS
+from basis.settings import NEIGHBOR_BACKENDS, SPARSE_SOLVERS
 from basis.threads import limit_threads
 from basis.timing import Progress, job_seconds, mark_startup, recording, report, timed
 
@@ -242,9 +242,10 @@ def cmd_reference(args: argparse.Namespace) -> int:
             graph = {f"graph.{key}": value for key, value in settings["graph"].items()}
             run.log_params({"dataset": args.dataset, "device": device, "threads": args.threads, **graph})
         with timed("reference"):
-            summary = save_reference(args.out, data, settings, device=device)
+            summary = save_reference(args.out, data, settings, device=device, eigensolver=args.eigensolver)
         if run:  # the cost by stage and, for approximate neighbours, their recall@k
             run.log_metrics({k: v for k, v in summary.items() if k.endswith("seconds") or k == "neighbor_recall"})
+            run.log_params({"eigensolver": summary["eigensolver"]})
     _print(summary, args.json)
     return 0
 
@@ -437,6 +438,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
             n_components=args.k_eig,
             device=args.device,
             neighbors=args.neighbors,
+            eigensolver=args.reference_eigensolver,
+            topk_block=args.topk_block,
+            spread=args.spread,
+            save_embedding=args.save_embedding,
         )
     result["threads"] = thread_report()
     _print(result, args.json)
@@ -494,6 +499,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="protocol settings (graph.*, operator, drop_trivial, n_components)",
     )
+    reference.add_argument(
+        "--eigensolver",
+        default="auto",
+        choices=["auto", *SPARSE_SOLVERS],
+        help="arpack: graph and Lanczos on the host; chebyshev: graph and a Chebyshev-filtered block iteration"
+        " on the device (auto: chebyshev on a GPU, arpack on the CPU)",
+    )
     reference.add_argument("--out", required=True, help="output .npz")
     reference.set_defaults(func=cmd_reference)
 
@@ -531,6 +543,22 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--eigensolver", default="auto", choices=["auto", "exact", "subspace"], help="BASiS's eigensolver (step)"
     )
+    bench.add_argument(
+        "--reference-eigensolver",
+        default="auto",
+        choices=["auto", *SPARSE_SOLVERS],
+        help="the whole set's eigensolver (reference; auto: chebyshev on a GPU, arpack on the CPU)",
+    )
+    bench.add_argument(
+        "--topk-block", type=int, help="select the exact kNN in two stages over blocks of this many columns (reference)"
+    )
+    bench.add_argument(
+        "--spread",
+        type=float,
+        default=3.0,
+        help="scale of the clusters' centres (reference; 3: each cluster its own component, 1.5: connected)",
+    )
+    bench.add_argument("--save-embedding", help="write the reference embedding to this .npy (reference)")
     bench.add_argument("--compare", action="store_true", help="time the exact and the subspace eigensolver (step)")
     bench.add_argument("--profile", action="store_true", help="the top device kernels, on CUDA (step)")
     bench.set_defaults(func=cmd_bench)

@@ -9,6 +9,7 @@ choice is a field of :class:`GraphConfig`.
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Any
 
 import numpy as np
@@ -45,13 +46,15 @@ def knn(
     queries: torch.Tensor | None = None,
     chunk_size: int = 2048,
     max_block_bytes: int | None = None,
+    topk_block: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact k nearest neighbours among the rows of ``X`` of every row (or of the rows
     ``queries``), the row itself included, first.
 
     Brute force in chunks of rows through one matrix product per chunk, so it runs on
     whatever device ``X`` lives on; a chunk has at most ``chunk_size`` rows and its scores
-    at most ``max_block_bytes`` (default: :func:`score_block_bytes`). Returns Euclidean
+    at most ``max_block_bytes`` (default: :func:`score_block_bytes`); ``topk_block``
+    selects in two stages (:func:`smallest_k`). Returns Euclidean
     distances and int64 indices, both of shape (number of queries, n_neighbors), sorted by
     distance.
     """
@@ -70,12 +73,36 @@ def knn(
         scores = torch.addmm(sq_norms[None, :], X[chunk], X.T, alpha=-2.0)
         # A point is its own nearest neighbour even where rounding says otherwise.
         scores[torch.arange(len(chunk), device=X.device), chunk] = -torch.inf
-        values, idx = torch.topk(scores, n_neighbors, dim=1, largest=False, sorted=True)
+        values, idx = smallest_k(scores, n_neighbors, topk_block)
         values = values + sq_norms[chunk, None]
         values[:, 0] = 0.0
         dists.append(values.clamp_min_(0.0).sqrt_())
         indices.append(idx)
     return torch.cat(dists), torch.cat(indices)
+
+
+def smallest_k(scores: torch.Tensor, k: int, block: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``k`` smallest entries of every row of ``scores`` and their columns, sorted.
+
+    With ``block`` (at least k), in two stages: the k smallest of every run of ``block``
+    columns, then the k smallest of those candidates. The result is the same set (a
+    row's k smallest are each among their block's k smallest; among equal scores the
+    columns may differ), from a selection over n / block * k candidates instead of n
+    columns: the second stage is short when a row is a million columns wide."""
+    c, n = scores.shape
+    if block is None or n < 2 * block:
+        return torch.topk(scores, k, dim=1, largest=False, sorted=True)
+    if block < k:
+        raise InputError(f"topk_block={block} must be at least the number of neighbours {k}")
+    whole = n // block * block
+    values, columns = torch.topk(scores.unfold(1, block, block), k, dim=2, largest=False, sorted=False)
+    columns = columns + torch.arange(0, whole, block, device=scores.device)[None, :, None]
+    values, columns = values.reshape(c, -1), columns.reshape(c, -1)
+    if whole < n:
+        rest_values, rest_columns = torch.topk(scores[:, whole:], min(k, n - whole), dim=1, largest=False)
+        values, columns = torch.cat([values, rest_values], 1), torch.cat([columns, rest_columns + whole], 1)
+    values, position = torch.topk(values, k, dim=1, largest=False, sorted=True)
+    return values, columns.gather(1, position)
 
 
 def faiss_knn(
@@ -171,28 +198,28 @@ def dense_affinity(X: torch.Tensor, config: GraphConfig) -> torch.Tensor:
     return W
 
 
-def sparse_affinity(
-    X: np.ndarray | torch.Tensor, config: GraphConfig, *, device: str = "cpu", report: dict[str, Any] | None = None
-) -> sp.csr_matrix:
-    """Symmetric kNN Gaussian affinity of a whole data set as a scipy CSR matrix.
-
-    The neighbours come from ``config.neighbors``: the exact kNN in float32 chunks on
-    ``device`` (a GPU where present), or a FAISS index on the CPU; the graph itself is
-    assembled in float64 on the CPU. ``report``, when given, receives ``knn_seconds``,
-    ``neighbors`` and, for an approximate search, ``neighbor_recall`` (recall@k on 1,000
-    rows against the exact search).
-    """
+def _neighbor_weights(
+    X: np.ndarray | torch.Tensor,
+    config: GraphConfig,
+    device: str,
+    report: dict[str, Any] | None,
+    topk_block: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every node's kNN edges of the whole set: float64 Gaussian weights and int64 target
+    nodes, both (n, k) on ``device``, by ``config.neighbors``; fills ``report`` (see
+    :func:`sparse_affinity`)."""
     X_t = torch.as_tensor(np.asarray(X, dtype=np.float32), device=device)
     n = X_t.shape[0]
     if config.n_neighbors >= n:
         raise InputError(f"n_neighbors={config.n_neighbors} must be smaller than the number of points {n}")
     start = time.perf_counter()
     if config.neighbors == "exact":
-        dists, idx = knn(X_t, config.n_neighbors)
+        dists, idx = knn(X_t, config.n_neighbors, topk_block=topk_block)
     else:
         dists, idx = faiss_knn(
             X_t.cpu().numpy(), config.n_neighbors, config.neighbors, probe=config.faiss_probe, lists=config.faiss_lists
         )
+        dists, idx = dists.to(X_t.device), idx.to(X_t.device)
     if X_t.device.type == "cuda":  # the timer stops when the device has finished
         torch.cuda.synchronize(X_t.device)
     if report is not None:
@@ -201,7 +228,28 @@ def sparse_affinity(
         if config.neighbors != "exact":
             report["neighbor_recall"] = neighbor_recall(X_t, idx)
     dists = dists.double()
-    weights = gaussian_weights(dists, kernel_bandwidth(dists, config), config.kernel)
+    return gaussian_weights(dists, kernel_bandwidth(dists, config), config.kernel), idx
+
+
+def sparse_affinity(
+    X: np.ndarray | torch.Tensor,
+    config: GraphConfig,
+    *,
+    device: str = "cpu",
+    report: dict[str, Any] | None = None,
+    topk_block: int | None = None,
+) -> sp.csr_matrix:
+    """Symmetric kNN Gaussian affinity of a whole data set as a scipy CSR matrix.
+
+    The neighbours come from ``config.neighbors``: the exact kNN in float32 chunks on
+    ``device`` (a GPU where present), or a FAISS index on the CPU; the graph itself is
+    assembled in float64 on the CPU (:func:`device_affinity` keeps it on the device).
+    ``report``, when given, receives ``knn_seconds``, ``neighbors`` and, for an
+    approximate search, ``neighbor_recall`` (recall@k on 1,000 rows against the exact
+    search). ``topk_block``: see :func:`knn`.
+    """
+    weights, idx = _neighbor_weights(X, config, device, report, topk_block)
+    n = weights.shape[0]
     rows = np.repeat(np.arange(n, dtype=np.int64), config.n_neighbors)
     W = sp.csr_matrix((weights.cpu().numpy().ravel(), (rows, idx.cpu().numpy().ravel())), shape=(n, n))
     W = (W + W.T) / 2 if config.symmetrize == "mean" else W.maximum(W.T)
@@ -210,3 +258,48 @@ def sparse_affinity(
         W.setdiag(0.0)
         W.eliminate_zeros()
     return W
+
+
+def device_affinity(
+    X: np.ndarray | torch.Tensor,
+    config: GraphConfig,
+    *,
+    device: str = "cpu",
+    report: dict[str, Any] | None = None,
+    topk_block: int | None = None,
+) -> torch.Tensor:
+    """:func:`sparse_affinity` assembled on ``device``: the same graph (to rounding) as a
+    float64 sparse CSR tensor, built with no host round trip. Each directed kNN edge and
+    its reverse get one int64 key (row * n + column); one sort of the keys merges the two
+    directions, whose weights are averaged (``symmetrize="mean"``: each adds half, which
+    is exact) or maxed, by a scatter over the merged keys. ``topk_block``: see
+    :func:`knn`."""
+    weights, idx = _neighbor_weights(X, config, device, report, topk_block)
+    n, k = weights.shape
+    rows = torch.arange(n, device=idx.device).repeat_interleave(k)
+    cols = idx.reshape(-1)
+    keys = torch.cat([rows * n + cols, cols * n + rows])
+    values = weights.reshape(-1)
+    values = torch.cat([values, values]) / (2.0 if config.symmetrize == "mean" else 1.0)
+    del rows, cols, idx, weights
+    keys, merged = torch.unique(keys, sorted=True, return_inverse=True)
+    reduce = "sum" if config.symmetrize == "mean" else "amax"
+    values = torch.zeros(len(keys), dtype=values.dtype, device=values.device).scatter_reduce_(
+        0, merged, values, reduce, include_self=False
+    )
+    del merged
+    rows, cols = keys // n, keys % n
+    if not config.self_loops:
+        off_diagonal = rows != cols
+        rows, cols, values = rows[off_diagonal], cols[off_diagonal], values[off_diagonal]
+    row_starts = torch.zeros(n + 1, dtype=torch.int64, device=values.device)
+    row_starts[1:] = torch.bincount(rows, minlength=n).cumsum(0)
+    return csr_tensor(row_starts, cols, values, (n, n))
+
+
+def csr_tensor(row_starts: torch.Tensor, columns: torch.Tensor, values: torch.Tensor, shape) -> torch.Tensor:
+    """A torch sparse CSR tensor from parts built here (valid by construction, so its
+    invariants are not checked again), without torch's notice that CSR is in beta."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Sparse CSR tensor support is in beta", UserWarning)
+        return torch.sparse_csr_tensor(row_starts, columns, values, shape, check_invariants=False)

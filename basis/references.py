@@ -10,24 +10,44 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from basis.data import Dataset, load_npz
 from basis.errors import InputError
-from basis.graph import sparse_affinity
+from basis.graph import device_affinity, sparse_affinity
 from basis.outputs import atomic_path
-from basis.settings import GraphConfig, reference_settings
+from basis.settings import SPARSE_SOLVERS, GraphConfig, reference_settings
 from basis.spectral import sparse_spectral_embedding
 
 
 def analytic_embedding(
-    X: np.ndarray, settings: dict[str, Any], n_components: int, device: str = "cpu", report: dict | None = None
+    X: np.ndarray,
+    settings: dict[str, Any],
+    n_components: int,
+    device: str = "cpu",
+    report: dict | None = None,
+    eigensolver: str = "auto",
+    topk_block: int | None = None,
 ) -> np.ndarray:
-    """The ground truth: eigenvectors of the whole set's graph (sparse Lanczos).
-    ``report``, when given, receives the neighbour search's figures (see
-    :func:`~basis.graph.sparse_affinity`) and ``graph_seconds`` and ``eigen_seconds``."""
+    """The ground truth: eigenvectors of the whole set's sparse graph.
+
+    ``eigensolver`` ``arpack`` assembles the graph on the host and runs Lanczos there;
+    ``chebyshev`` keeps the graph on ``device`` (:func:`~basis.graph.device_affinity`) and
+    solves it there (:func:`~basis.spectral.chebyshev_eigensolve`); ``auto``, the default,
+    is ``chebyshev`` on a GPU and ``arpack`` on the CPU. ``report``, when given, receives
+    the neighbour search's figures (see :func:`~basis.graph.sparse_affinity`), the solver,
+    ``graph_seconds`` and ``eigen_seconds``."""
+    if eigensolver not in ("auto", *SPARSE_SOLVERS):
+        raise InputError(f"eigensolver must be one of {['auto', *SPARSE_SOLVERS]}, got {eigensolver!r}")
+    if eigensolver == "auto":
+        eigensolver = "chebyshev" if torch.device(device).type == "cuda" else "arpack"
     report = {} if report is None else report
+    report["eigensolver"] = eigensolver
+    graph = GraphConfig.from_dict(settings["graph"])
+    assemble = device_affinity if eigensolver == "chebyshev" else sparse_affinity
     start = time.perf_counter()
-    W = sparse_affinity(X, GraphConfig.from_dict(settings["graph"]), device=device, report=report)
+    W = assemble(X, graph, device=device, report=report, topk_block=topk_block)
+    _synchronize(device)
     report["graph_seconds"] = time.perf_counter() - start
     start = time.perf_counter()
     U, _ = sparse_spectral_embedding(
@@ -36,9 +56,15 @@ def analytic_embedding(
         operator=settings["operator"],
         drop_trivial=settings["drop_trivial"],
         diffusion_time=settings.get("diffusion_time", 1.0),
+        solver=eigensolver,
     )
     report["eigen_seconds"] = time.perf_counter() - start
     return U
+
+
+def _synchronize(device: str) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def fingerprint(X: np.ndarray) -> str:
@@ -46,12 +72,14 @@ def fingerprint(X: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(X, dtype=np.float32).tobytes()).hexdigest()[:16]
 
 
-def save_reference(path: str | Path, data: Dataset, settings: dict[str, Any], device: str = "cpu") -> dict[str, Any]:
-    """Compute the test split's analytic embedding once and store it with its settings
-    and a fingerprint of the test inputs."""
+def save_reference(
+    path: str | Path, data: Dataset, settings: dict[str, Any], device: str = "cpu", eigensolver: str = "auto"
+) -> dict[str, Any]:
+    """Compute the test split's analytic embedding once (see :func:`analytic_embedding`)
+    and store it with its settings and a fingerprint of the test inputs."""
     n_components = settings["n_components"] or data.n_classes
     start, report = time.perf_counter(), {}
-    U = analytic_embedding(data.X_test, settings, n_components, device=device, report=report)
+    U = analytic_embedding(data.X_test, settings, n_components, device=device, report=report, eigensolver=eigensolver)
     meta = {**reference_settings(settings, n_components), "test_inputs": fingerprint(data.X_test)}
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as partial:

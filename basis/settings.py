@@ -21,6 +21,9 @@ SYMMETRIZATIONS = ("mean", "max")
 #: How a whole-set graph finds each node's neighbours: exactly (brute force, on any device)
 #: or through a FAISS index (IVF-Flat, or HNSW), for sets too large for the exact search.
 NEIGHBOR_BACKENDS = ("exact", "faiss-ivf", "faiss-hnsw")
+#: How a whole set's sparse graph is solved: Lanczos on the host, or a Chebyshev-filtered
+#: block iteration on the graph's device (:func:`basis.spectral.sparse_spectral_embedding`).
+SPARSE_SOLVERS = ("arpack", "chebyshev")
 
 
 @dataclass(frozen=True)

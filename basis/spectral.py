@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Callable
 
 import numpy as np
 import scipy.linalg
@@ -21,6 +22,8 @@ import scipy.sparse.linalg
 import torch
 
 from basis.errors import InputError
+from basis.graph import csr_tensor
+from basis.settings import SPARSE_SOLVERS
 
 log = logging.getLogger(__name__)
 
@@ -130,8 +133,10 @@ def count_roots(labels: torch.Tensor) -> torch.Tensor:
 
 def connected_components(W: np.ndarray | torch.Tensor | sp.spmatrix) -> tuple[int, np.ndarray]:
     """Number of connected components of the graph with adjacency ``W`` and each node's
-    component (a dense torch graph is labelled on its device; its labels are its
+    component (0 to count - 1; a sparse torch graph is labelled on its device, by its
     components' smallest nodes)."""
+    if isinstance(W, torch.Tensor) and W.layout == torch.sparse_csr:
+        return sparse_component_labels(W)
     if isinstance(W, torch.Tensor):
         n_components, labels = settle_components(W, *component_labels(W))
         return n_components, np.unique(labels.cpu().numpy(), return_inverse=True)[1]
@@ -345,7 +350,7 @@ def _chebyshev_filter(
 
 
 def sparse_spectral_embedding(
-    W: sp.spmatrix,
+    W: sp.spmatrix | torch.Tensor,
     n_components: int,
     *,
     operator: str = "normalized",
@@ -354,12 +359,25 @@ def sparse_spectral_embedding(
     on_disconnected: str = "warn",
     tol: float = 1e-8,
     seed: int = 0,
+    solver: str = "arpack",
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Leading eigenvectors of a whole-data-set sparse graph by Lanczos (ARPACK).
+    """Leading eigenvectors of a whole-data-set sparse graph.
 
-    Same conventions as :func:`spectral_embedding`. The start vector is drawn from
-    ``seed`` so that the result is reproducible.
+    Same conventions as :func:`spectral_embedding`. ``solver`` ``"arpack"`` runs Lanczos
+    (ARPACK) on the host; ``"chebyshev"`` a Chebyshev-filtered block iteration
+    (:func:`chebyshev_eigensolve`) on the device of ``W`` (a torch sparse CSR tensor, from
+    :func:`~basis.graph.device_affinity`; a scipy matrix is solved on the CPU). The start
+    is drawn from ``seed`` so that the result is reproducible. Returns numpy arrays.
     """
+    if solver not in SPARSE_SOLVERS:
+        raise InputError(f"solver must be one of {list(SPARSE_SOLVERS)}, got {solver!r}")
+    if solver == "chebyshev":
+        return _device_sparse_embedding(
+            W, n_components, operator, drop_trivial, diffusion_time, on_disconnected, seed=seed
+        )
+    if isinstance(W, torch.Tensor):
+        W = W.cpu()
+        W = sp.csr_matrix((W.values().numpy(), W.col_indices().numpy(), W.crow_indices().numpy()), shape=W.shape)
     W = sp.csr_matrix(W, dtype=np.float64)
     n = W.shape[0]
     n_eig = _check_request(operator, n_components, n, drop_trivial)
@@ -399,9 +417,152 @@ def sparse_spectral_embedding(
             torch.from_numpy(vecs), torch.from_numpy(trivial), lambda Q: torch.from_numpy(lap @ Q.numpy())
         )
         vals, vecs = vals.numpy(), vecs.numpy()
-    if operator == "diffusion":
+    return _signed_coordinates(vals, vecs, degrees, operator, diffusion_time)
+
+
+def _signed_coordinates(vals, vecs, degrees, operator: str, diffusion_time: float):
+    """The embedding from the Laplacian's eigenpairs (numpy or torch): diffusion-map
+    coordinates for ``operator="diffusion"``, the eigenvectors otherwise, signs fixed."""
+    if operator != "diffusion":
+        return fix_signs(vecs), vals
+    if isinstance(vecs, torch.Tensor):
+        vecs = vecs / degrees.sqrt()[:, None]
+        vecs = vecs / torch.linalg.norm(vecs, dim=0, keepdim=True)
+    else:
         vecs = vecs / np.sqrt(degrees)[:, None]
         vecs = vecs / np.linalg.norm(vecs, axis=0, keepdims=True)
-        vals = 1.0 - vals
-        return diffusion_coordinates(fix_signs(vecs), vals, diffusion_time), vals
-    return fix_signs(vecs), vals
+    vals = 1.0 - vals
+    return diffusion_coordinates(fix_signs(vecs), vals, diffusion_time), vals
+
+
+def sparse_component_labels(W: torch.Tensor) -> tuple[int, torch.Tensor]:
+    """Connected components of a sparse CSR graph on its own device: their number and
+    each node's label (its component's smallest node), by FastSV over the edge list (one
+    host read per round; a kNN graph settles in a few rounds)."""
+    n = W.shape[0]
+    rows = torch.repeat_interleave(torch.arange(n, device=W.device), W.crow_indices().diff())
+    cols = W.col_indices()
+    parent = torch.arange(n, device=W.device)
+    while True:
+        grandparent = parent[parent]
+        neighbour_min = grandparent.scatter_reduce(0, rows, grandparent[cols], "amin")
+        parent = parent.scatter_reduce(0, parent, neighbour_min, "amin")
+        parent = torch.minimum(parent, torch.minimum(neighbour_min, grandparent))
+        parent = parent[parent]
+        if bool((parent[rows] == parent[cols]).all() & (parent[parent] == parent).all()):
+            return int(count_roots(parent)), parent
+
+
+def laplacian_operator(W: torch.Tensor, operator: str) -> tuple[Callable, torch.Tensor, float]:
+    """The product X -> L X of a sparse CSR graph's Laplacian (L_N for ``normalized`` and
+    ``diffusion``, L for ``unnormalized``), with the degrees and an upper bound of its
+    spectrum (2 for L_N; Gershgorin, twice the largest degree, for L). L_N's off-diagonal
+    part is W with its values scaled by d_i^-1/2 d_j^-1/2: no sparse product is built."""
+    n = W.shape[0]
+    rows = torch.repeat_interleave(torch.arange(n, device=W.device), W.crow_indices().diff())
+    cols, values = W.col_indices(), W.values()
+    degrees = torch.zeros(n, dtype=values.dtype, device=W.device).index_add_(0, rows, values)
+    if operator == "unnormalized":
+        return (lambda X: degrees[:, None] * X - W @ X), degrees, float(2.0 * degrees.max())
+    d_inv_sqrt = degrees.rsqrt()
+    scaled = csr_tensor(W.crow_indices(), cols, values * d_inv_sqrt[rows] * d_inv_sqrt[cols], W.shape)
+    return (lambda X: X - scaled @ X), degrees, 2.0
+
+
+def chebyshev_eigensolve(
+    apply: Callable[[torch.Tensor], torch.Tensor],
+    n: int,
+    n_eig: int,
+    upper: float,
+    *,
+    device: torch.device | str = "cpu",
+    null: torch.Tensor | None = None,
+    seed: int = 0,
+    tol: float = 1e-10,
+    degree: int = 12,
+    max_iterations: int = 500,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``n_eig`` smallest eigenpairs of a symmetric positive semi-definite operator
+    ``apply`` (spectrum in [0, ``upper``]) by Chebyshev-filtered subspace iteration
+    (Zhou and Saad, 2007) on ``device``, for a whole data set's sparse Laplacian.
+
+    A block of ``2 n_eig`` (at least ``n_eig + 8``) vectors, drawn from ``seed``, is
+    filtered by a Chebyshev polynomial of ``degree`` that damps [cut, upper] (cut: the
+    block's largest Ritz value) and re-orthonormalised (QR); a Rayleigh-Ritz step after
+    each filter gives the Ritz pairs. It stops when every wanted pair's residual norm is
+    at most ``tol * upper``. ``null``, orthonormal columns, is an invariant subspace kept
+    out of the block (a disconnected graph's null space, written down by the caller).
+    """
+    block = min(max(2 * n_eig, n_eig + 8), n - (0 if null is None else null.shape[1]))
+    generator = torch.Generator().manual_seed(seed)
+    X = torch.randn(n, block, generator=generator, dtype=torch.float64).to(device)
+
+    def deflate(Y: torch.Tensor) -> torch.Tensor:
+        return Y if null is None else Y - null @ (null.T @ Y)
+
+    X = torch.linalg.qr(deflate(X)).Q
+    for _ in range(max_iterations):
+        applied = deflate(apply(X))
+        theta, rotation = torch.linalg.eigh(X.T @ applied)
+        X, applied = X @ rotation, applied @ rotation
+        residual = torch.linalg.norm(applied[:, :n_eig] - X[:, :n_eig] * theta[:n_eig], dim=0).max()
+        if float(residual) <= tol * upper:
+            return theta[:n_eig], X[:, :n_eig]
+        cut = float(theta[-1])
+        centre, half_width = (upper + cut) / 2, (upper - cut) / 2
+        # T_degree((L - centre) / half_width) X by the three-term recurrence. The filter
+        # grows what lies below the cut, ``null`` (eigenvalue 0) the most, so the rounding
+        # that re-enters it is projected out at every degree.
+        previous, current = X, (apply(X) - centre * X) / half_width
+        for _ in range(degree - 1):
+            previous, current = current, deflate(2.0 * (apply(current) - centre * current) / half_width - previous)
+        X = torch.linalg.qr(current).Q
+    raise RuntimeError(
+        f"the Chebyshev eigensolver did not reach a residual of {tol * upper:.1e} in {max_iterations} iterations"
+        f" (last {float(residual):.1e}); use solver='arpack'"
+    )
+
+
+def _device_sparse_embedding(
+    W: sp.spmatrix | torch.Tensor,
+    n_components: int,
+    operator: str,
+    drop_trivial: bool,
+    diffusion_time: float,
+    on_disconnected: str,
+    *,
+    seed: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`sparse_spectral_embedding` with ``solver="chebyshev"``, on W's device."""
+    if not isinstance(W, torch.Tensor):
+        W = sp.csr_matrix(W, dtype=np.float64)
+        W = csr_tensor(
+            torch.from_numpy(W.indptr.astype(np.int64)),
+            torch.from_numpy(W.indices.astype(np.int64)),
+            torch.from_numpy(W.data),
+            W.shape,
+        )
+    n = W.shape[0]
+    n_eig = _check_request(operator, n_components, n, drop_trivial)
+    n_null, labels = check_connected(W, n_eig, on_disconnected)
+    apply, degrees, upper = laplacian_operator(W, operator)
+    trivial = torch.ones_like(degrees) if operator == "unnormalized" else degrees.sqrt()
+    null = None
+    if n_null > 1:  # the null space, one vector per component, written down (as for ARPACK)
+        _, component = torch.unique(labels, return_inverse=True)
+        null = torch.zeros(n, n_null, dtype=torch.float64, device=W.device)
+        null[torch.arange(n, device=W.device), component] = trivial
+        null = null / torch.linalg.norm(null, dim=0, keepdim=True)
+    if null is not None and n_null >= n_eig:
+        vals, vecs = torch.zeros(n_eig, dtype=torch.float64, device=W.device), null[:, :n_eig]
+    else:
+        vals, vecs = chebyshev_eigensolve(
+            apply, n, n_eig - n_null if null is not None else n_eig, upper, device=W.device, null=null, seed=seed
+        )
+        if null is not None:
+            vals = torch.cat([torch.zeros(n_null, dtype=vals.dtype, device=vals.device), vals])
+            vecs = torch.cat([null, vecs], dim=1)
+    if drop_trivial:
+        vals, vecs = remove_trivial(vecs, trivial, apply)
+    vecs, vals = _signed_coordinates(vals, vecs, degrees, operator, diffusion_time)
+    return vecs.cpu().numpy(), vals.cpu().numpy()
