@@ -169,7 +169,7 @@ def count_host_syncs(
     steps), so a per-iteration median would hide them. ``total`` is the issue's audit
     (value reads, data-dependent shapes, copies to the host, numpy); ``linalg_checks`` the
     decompositions that wait for the device to check convergence; ``exempt`` the host-side
-    step counters of the CPU's Adam (fused on CUDA)."""
+    step counters of ``torch.optim``'s non-fused Adam (none: the estimators use neither)."""
     from basis.syncs import HostSyncCounter
 
     budget = torch.get_num_threads()

@@ -18,6 +18,7 @@ from basis.device import resolve_device
 from basis.errors import InputError
 from basis.inputs import load_checkpoint
 from basis.models import SiameseCNN
+from basis.optim import adam_for
 from basis.outputs import atomic_path
 from basis.timing import Progress
 
@@ -101,7 +102,7 @@ class SiameseFeatures:
             torch.manual_seed(self.seed)
             self.model_ = SiameseCNN(images.shape[1:], self.out_dim).to(self.device_)
         self.in_shape_ = tuple(images.shape[1:])
-        self.optimizer_ = torch.optim.Adam(self.model_.parameters(), lr=self.lr)
+        self.optimizer_ = adam_for(self.model_.parameters(), self.lr, self.device_)
         self.images_ = torch.from_numpy(images).to(self.device_)
         self.labels_ = np.asarray(labels)
         self.loss_curve_: list[float] = []

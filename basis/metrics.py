@@ -31,6 +31,7 @@ from sklearn.cluster import KMeans
 from sklearn.metrics import normalized_mutual_info_score
 
 from basis.errors import InputError
+from basis.optim import Adam
 from basis.timing import timed
 
 VARIANTS = ("paper", "colnorm", "code")
@@ -187,7 +188,7 @@ def _train_authors_probe(
         torch.manual_seed(seed)
         probe = torch.nn.Linear(X_train.shape[1], len(classes))
     weight, bias = probe.weight.detach().clone(), probe.bias.detach().clone()
-    adam = _Adam([weight, bias], lr)
+    adam = Adam([weight, bias], lr)
     for _ in range(epochs):
         order = torch.randperm(len(X_train), generator=generator)
         for start in range(0, len(order), batch_size):
@@ -198,25 +199,6 @@ def _train_authors_probe(
             grad_logits = torch._log_softmax_backward_data(grad_log_p, log_p, 1, log_p.dtype)
             adam.step([grad_logits.t().mm(batch), grad_logits.sum(dim=0)])
     return weight, bias
-
-
-class _Adam:
-    """torch.optim.Adam's single-tensor update (no weight decay, no amsgrad), applied to
-    plain tensors: the same operations in the same order."""
-
-    def __init__(self, params: list[torch.Tensor], lr: float, betas: tuple[float, float] = (0.9, 0.999), eps=1e-8):
-        self.params, self.lr, self.betas, self.eps, self.steps = params, lr, betas, eps, 0
-        self.first = [torch.zeros_like(p) for p in params]
-        self.second = [torch.zeros_like(p) for p in params]
-
-    def step(self, grads: list[torch.Tensor]) -> None:
-        (beta1, beta2), self.steps = self.betas, self.steps + 1
-        step_size = self.lr / (1 - beta1**self.steps)
-        correction2_sqrt = (1 - beta2**self.steps) ** 0.5
-        for param, grad, first, second in zip(self.params, grads, self.first, self.second):
-            first.lerp_(grad, 1 - beta1)
-            second.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-            param.addcdiv_(first, (second.sqrt() / correction2_sqrt).add_(self.eps), value=-step_size)
 
 
 def own_basis_grassmann_distance(Y: np.ndarray, reference: np.ndarray, degrees: np.ndarray) -> float:

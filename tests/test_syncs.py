@@ -31,14 +31,15 @@ def test_each_kind_of_host_wait_is_counted_and_plain_tensor_work_is_not():
 def test_a_basis_iteration_reads_the_device_once():
     """Issue #20's floor: one read per iteration on the path CUDA takes (the batch's checks,
     the alignment's diagnostics and, every LOSS_BLOCK steps, the losses, in one transfer),
-    and one more at the end of the run for the last losses. Adam's host-side counters are
-    exempt (fused on CUDA); the decompositions' convergence checks are counted apart."""
+    and one more at the end of the run for the last losses. The CPU's Adam (basis.optim)
+    counts its steps in Python, so it reads nothing; the decompositions' convergence checks
+    are counted apart."""
     threads = torch.get_num_threads()
     report = count_host_syncs(batch_size=128, n_components=4, n_neighbors=10, n_iter=60)
     steps = report["iterations"]
     assert report["total"] * steps <= steps + 1, report
     assert set(report["by_kind"]) == {"tolist"}, report
-    assert report["linalg_checks"] and set(report["exempt"]) == {"optimizer_step_counter"}
+    assert report["linalg_checks"] and not report["exempt"], report
     assert torch.get_num_threads() == threads  # counted with one thread, then restored
 
 

@@ -34,6 +34,7 @@ from basis.errors import InputError
 from basis.graph import GraphConfig
 from basis.inputs import load_checkpoint
 from basis.models import HIDDEN_WIDTHS, SpectralMLP
+from basis.optim import adam_for
 from basis.outputs import atomic_path
 from basis.settings import check_ranges
 from basis.spectral import OPERATORS
@@ -361,10 +362,7 @@ class SpectralEstimator(TransformerMixin, BaseEstimator):
         self._prepare(self._training_data, y)
         # Batches are prepared on a stream of their own on CUDA (see prepare_batch).
         self._prepare_stream = torch.cuda.Stream(self.device_) if self.device_.type == "cuda" else None
-        # The fused Adam keeps its step counters on the device: no host read per step on
-        # CUDA. On the CPU the default (foreach) Adam is kept: its numbers are the reference.
-        fused = {"fused": True} if self.device_.type == "cuda" else {}
-        self.optimizer_ = torch.optim.Adam(self.model_.parameters(), lr=self.lr, **fused)
+        self.optimizer_ = adam_for(self.model_.parameters(), self.lr, self.device_)
         self.loss_curve_: list[float] = []
         self.n_steps_ = 0
         self.model_.train()
