@@ -106,13 +106,23 @@ def smallest_k(scores: torch.Tensor, k: int, block: int | None = None) -> tuple[
 
 
 def faiss_knn(
-    X: np.ndarray, n_neighbors: int, backend: str, *, probe: int | None = None, lists: int | None = None
+    X: np.ndarray,
+    n_neighbors: int,
+    backend: str,
+    *,
+    probe: int | None = None,
+    lists: int | None = None,
+    device: torch.device | None = None,
+    report: dict[str, Any] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Approximate k nearest neighbours of every row of ``X`` through a FAISS index
-    (``backend`` ``faiss-ivf`` or ``faiss-hnsw``, see :class:`GraphConfig`), on the CPU
-    with the threads this process may use, in the format of :func:`knn`: the row itself
-    first (at distance 0), then its neighbours by distance. A row whose probed lists
-    held fewer than k points gets its exact neighbours."""
+    (``backend`` ``faiss-ivf`` or ``faiss-hnsw``, see :class:`GraphConfig`), in the format
+    of :func:`knn`: the row itself first (at distance 0), then its neighbours by distance.
+    A row whose probed lists held fewer than k points gets its exact neighbours.
+
+    The IVF index runs on ``device`` when it is a GPU and FAISS's GPU build is installed
+    (``faiss-gpu``: FAISS has no GPU HNSW); otherwise on the CPU, with the threads this
+    process may use. ``report["faiss_device"]`` says which."""
     try:
         import faiss
     except ImportError:
@@ -125,11 +135,15 @@ def faiss_knn(
     if backend == "faiss-ivf":
         lists = lists or max(1, min(n // 39, round(4 * np.sqrt(n))))  # FAISS wants >= 39 points per list
         index = faiss.IndexIVFFlat(faiss.IndexFlatL2(dim), dim, lists)
-        index.train(X)  # k-means on a seeded sample: the same lists every time
-        index.nprobe = min(probe or 64, lists)
     else:
         index = faiss.IndexHNSWFlat(dim, 32)
         index.hnsw.efSearch = max(probe or 128, n_neighbors)
+    index, gpu_resources = _faiss_on_gpu(faiss, index, device, backend)
+    if report is not None:
+        report["faiss_device"] = "cpu" if gpu_resources is None else str(device)
+    if backend == "faiss-ivf":
+        index.train(X)  # k-means on a seeded sample: the same lists every time
+        index.nprobe = min(probe or 64, lists)
     index.add(X)
     # One neighbour more than asked, so that the row itself can be set first and dropped
     # from the rest wherever the index returns it.
@@ -144,6 +158,16 @@ def faiss_knn(
     if short.size:
         dists[short], idx[short] = knn(torch.from_numpy(X), n_neighbors, queries=torch.from_numpy(short))
     return dists, idx
+
+
+def _faiss_on_gpu(faiss, index, device: torch.device | None, backend: str):
+    """``index`` moved to the GPU ``device`` where FAISS's GPU build can take it, with the
+    resources that must outlive it; ``(index, None)`` otherwise."""
+    gpu_build = hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
+    if device is None or device.type != "cuda" or backend != "faiss-ivf" or not gpu_build:
+        return index, None
+    resources = faiss.StandardGpuResources()
+    return faiss.index_cpu_to_gpu(resources, device.index or 0, index), resources
 
 
 def neighbor_recall(X: torch.Tensor, idx: torch.Tensor, *, sample: int = 1000, seed: int = 0) -> float:
@@ -217,7 +241,13 @@ def _neighbor_weights(
         dists, idx = knn(X_t, config.n_neighbors, topk_block=topk_block)
     else:
         dists, idx = faiss_knn(
-            X_t.cpu().numpy(), config.n_neighbors, config.neighbors, probe=config.faiss_probe, lists=config.faiss_lists
+            X_t.cpu().numpy(),
+            config.n_neighbors,
+            config.neighbors,
+            probe=config.faiss_probe,
+            lists=config.faiss_lists,
+            device=X_t.device,
+            report=report,
         )
         dists, idx = dists.to(X_t.device), idx.to(X_t.device)
     if X_t.device.type == "cuda":  # the timer stops when the device has finished

@@ -170,3 +170,29 @@ def test_the_two_stage_top_k_selects_what_one_stage_does():
     scores = torch.randn(3, 777, generator=torch.Generator().manual_seed(0))
     with pytest.raises(ValueError, match="at least the number of neighbours"):
         smallest_k(scores, 50, 20)
+
+
+def test_faiss_takes_the_gpu_index_only_where_a_gpu_and_its_gpu_build_are(monkeypatch):
+    """FAISS's CPU build has no GPU API: the index stays on the host. With a GPU build (here
+    its API stands in, handing back the host index) an IVF index moves to the job's GPU;
+    HNSW, which FAISS cannot move, stays."""
+    faiss = pytest.importorskip("faiss")
+    from basis.graph import faiss_knn
+
+    X = clustered_data(2000, 8, 5, 0)[0]
+    expected = faiss_knn(X, 10, "faiss-ivf", report=(report := {}))
+    assert report["faiss_device"] == "cpu"
+    gpu = torch.device("cuda", 1)
+    faiss_knn(X, 10, "faiss-ivf", device=gpu, report=(report := {}))
+    assert report["faiss_device"] == "cpu"  # the pinned extra is FAISS's CPU build
+
+    moved = []
+    monkeypatch.setattr(faiss, "StandardGpuResources", lambda: "resources", raising=False)
+    monkeypatch.setattr(faiss, "get_num_gpus", lambda: 2, raising=False)
+    monkeypatch.setattr(faiss, "index_cpu_to_gpu", lambda res, dev, index: moved.append(dev) or index, raising=False)
+    dists, idx = faiss_knn(X, 10, "faiss-ivf", device=gpu, report=(report := {}))
+    assert moved == [1] and report["faiss_device"] == "cuda:1"
+    assert torch.equal(idx, expected[1]) and torch.equal(dists, expected[0])
+    faiss_knn(X, 10, "faiss-hnsw", device=gpu, report=(report := {}))
+    faiss_knn(X, 10, "faiss-ivf", device=torch.device("cpu"), report=(report := {}))
+    assert moved == [1] and report["faiss_device"] == "cpu"

@@ -14,6 +14,7 @@ rule ablation_run:
         seed_job("results/benchmarks/ablation/{dataset}/{alignment}") + ".tsv"
     wildcard_constraints:
         alignment="(ransac|lstsq|none)(-outliers)?",
+    priority: LONG_JOB_PRIORITY
     conda:
         "../envs/basis.yaml"
     threads: RUN_THREADS

@@ -70,6 +70,13 @@ GPU_SLOT = 1 if visible_gpus() else 0
 RUN_THREADS = 1
 HEAVY_THREADS = 4
 
+# What the scheduler starts first when several jobs are ready: the chain that every run
+# waits for (Siamese features, then references), then the longest jobs (the variants
+# study, the ablation), so that the short ones fill the cores at the end instead of a
+# long job running alone while the other cores idle (measured: BENCHMARKS.md, 2026-11-27).
+CRITICAL_PATH_PRIORITY = 20
+LONG_JOB_PRIORITY = 10
+
 
 def check_store():
     """Refuse to take finished results for complete when the MLflow store behind them was

@@ -9,6 +9,7 @@ rule reference_embedding:
         "results/logs/references/{dataset}.log",
     benchmark:
         "results/benchmarks/references/{dataset}.tsv"
+    priority: CRITICAL_PATH_PRIORITY
     conda:
         "../envs/basis.yaml"
     threads: HEAVY_THREADS

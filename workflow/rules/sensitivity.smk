@@ -9,6 +9,7 @@ rule knn_reference:
         "results/references/knn/{dataset}_k{k}.npz",
     log:
         "results/logs/references/knn/{dataset}_k{k}.log",
+    priority: CRITICAL_PATH_PRIORITY
     conda:
         "../envs/basis.yaml"
     threads: HEAVY_THREADS

@@ -1,6 +1,10 @@
 # The paper's experiments beyond Table 1 that are not runs of one method on one data set
 # (Figs. 1-4 and 6-8): one rule per study of basis/studies/, named study_<name>, with a
 # job per run of its config section; each job is one `python -m basis study NAME`.
+
+# The studies that train many models in one job (scheduled early: see common.smk).
+LONG_STUDIES = {"variants"}
+
 for name, study in STUDIES.items():
 
     rule:
@@ -16,6 +20,7 @@ for name, study in STUDIES.items():
             f"results/benchmarks/{study_folder(name, '{run}' if study.runs is not None else '')}.tsv"
         wildcard_constraints:
             run="|".join(STUDY_RUNS[name]),
+        priority: LONG_JOB_PRIORITY if name in LONG_STUDIES else 0
         conda:
             "../envs/basis.yaml"
         threads: RUN_THREADS
