@@ -20,8 +20,10 @@ run: $(STAMP)
 quick: $(STAMP)
 	$(VENV)/bin/snakemake --cores all --configfile config/quick.yaml
 
+# One pytest worker per core (at most 4); a test module's tests share a worker, so that
+# each module's set-up (the end-to-end workflow, ...) runs once.
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/python -m pytest -q -n auto --maxprocesses 4 --dist loadfile
 
 # The cluster path on a live single-node SLURM cluster on localhost (root: it installs and
 # starts munge, MariaDB and SLURM's daemons, and tears them down afterwards).

@@ -65,8 +65,11 @@ def visible_gpus():
 GPU_SLOT = 1 if visible_gpus() else 0
 
 # Threads per job; each job's `python -m basis ... --threads N` holds every thread pool
-# to them. One thread for the many runs (they fill the cores side by side), more for the
-# few whole-set jobs on the critical path. Change with --set-threads RULE=N.
+# to them. One thread for the many runs (they fill the cores side by side) and for the
+# references (a test split's graph takes seconds, and a job that needs all of a small
+# box's cores waits until every other job there has ended), more for the Siamese
+# features, which train a CNN on the whole training split. Change with
+# --set-threads RULE=N.
 RUN_THREADS = 1
 HEAVY_THREADS = 4
 

@@ -12,7 +12,7 @@ rule reference_embedding:
     priority: CRITICAL_PATH_PRIORITY
     conda:
         "../envs/basis.yaml"
-    threads: HEAVY_THREADS
+    threads: RUN_THREADS
     resources:
         gpu_slot=GPU_SLOT,
     params:
