@@ -77,7 +77,10 @@ HEAVY_THREADS = 4
 # waits for (Siamese features, then references), then the longest jobs (the variants
 # study, the ablation), so that the short ones fill the cores at the end instead of a
 # long job running alone while the other cores idle (measured: BENCHMARKS.md, 2026-11-27).
+# Snakemake starts the ready jobs with the largest sum of priorities that fits the free
+# cores, so the features, which need HEAVY_THREADS cores, outweigh as many one-core jobs.
 CRITICAL_PATH_PRIORITY = 20
+FEATURES_PRIORITY = HEAVY_THREADS * CRITICAL_PATH_PRIORITY + 1
 LONG_JOB_PRIORITY = 10
 
 

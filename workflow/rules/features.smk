@@ -9,7 +9,7 @@ rule siamese_features:
         "results/logs/features/{dataset}.log",
     benchmark:
         "results/benchmarks/features/{dataset}.tsv"
-    priority: CRITICAL_PATH_PRIORITY
+    priority: FEATURES_PRIORITY
     conda:
         "../envs/basis.yaml"
     threads: HEAVY_THREADS
