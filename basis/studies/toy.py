@@ -107,7 +107,8 @@ def draw_toy_examples(folders: list[str | Path], out: str | Path) -> None:
     for ax, folder in zip(axes[0], folders):
         result, a = load_study(folder)
         values = a["grid_embedding"][..., 0]
-        mesh = ax.pcolormesh(a["grid_x"], a["grid_y"], values, cmap="coolwarm", shading="auto")
+        # Rasterised in the PDF: a vector mesh there is one path per cell (20 s to write).
+        mesh = ax.pcolormesh(a["grid_x"], a["grid_y"], values, cmap="coolwarm", shading="auto", rasterized=True)
         ax.contour(a["grid_x"], a["grid_y"], values, levels=12, colors="k", linewidths=0.3, alpha=0.5)
         shown = np.random.default_rng(0).permutation(len(a["X_test"]))[:1500]
         ax.scatter(*a["X_test"][shown].T, c=CLUSTER_COLOURS(a["predicted"][shown] % 10), s=3, linewidths=0)

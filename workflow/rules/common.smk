@@ -79,9 +79,11 @@ HEAVY_THREADS = 4
 # long job running alone while the other cores idle (measured: BENCHMARKS.md, 2026-11-27).
 # Snakemake starts the ready jobs with the largest sum of priorities that fits the free
 # cores, so the features, which need HEAVY_THREADS cores, outweigh as many one-core jobs.
+# The runs that the tables wait for come next, ahead of the studies' figures.
 CRITICAL_PATH_PRIORITY = 20
 FEATURES_PRIORITY = HEAVY_THREADS * CRITICAL_PATH_PRIORITY + 1
 LONG_JOB_PRIORITY = 10
+TABLE_RUN_PRIORITY = 5
 
 
 def check_store():

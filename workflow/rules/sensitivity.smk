@@ -38,6 +38,7 @@ rule knn_run:
         seed_job("results/logs/knn/{dataset}/k{k}/{method}") + ".log",
     benchmark:
         seed_job("results/benchmarks/knn/{dataset}/k{k}/{method}") + ".tsv"
+    priority: TABLE_RUN_PRIORITY
     conda:
         "../envs/basis.yaml"
     threads: RUN_THREADS

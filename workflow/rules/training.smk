@@ -11,6 +11,7 @@ rule train_and_evaluate:
         seed_job("results/logs/runs/{dataset}/{method}") + ".log",
     benchmark:
         seed_job("results/benchmarks/runs/{dataset}/{method}") + ".tsv"
+    priority: TABLE_RUN_PRIORITY
     conda:
         "../envs/basis.yaml"
     threads: RUN_THREADS
