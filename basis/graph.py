@@ -327,6 +327,11 @@ def device_affinity(
     return csr_tensor(row_starts, cols, values, (n, n))
 
 
+def csr_rows(W: torch.Tensor) -> torch.Tensor:
+    """The row of every stored entry of a sparse CSR tensor (its COO row indices)."""
+    return torch.repeat_interleave(torch.arange(W.shape[0], device=W.device), W.crow_indices().diff())
+
+
 def csr_tensor(row_starts: torch.Tensor, columns: torch.Tensor, values: torch.Tensor, shape) -> torch.Tensor:
     """A torch sparse CSR tensor from parts built here (valid by construction, so its
     invariants are not checked again), without torch's notice that CSR is in beta."""

@@ -22,7 +22,7 @@ import scipy.sparse.linalg
 import torch
 
 from basis.errors import InputError
-from basis.graph import csr_tensor
+from basis.graph import csr_rows, csr_tensor
 from basis.settings import SPARSE_SOLVERS
 
 log = logging.getLogger(__name__)
@@ -440,7 +440,7 @@ def sparse_component_labels(W: torch.Tensor) -> tuple[int, torch.Tensor]:
     each node's label (its component's smallest node), by FastSV over the edge list (one
     host read per round; a kNN graph settles in a few rounds)."""
     n = W.shape[0]
-    rows = torch.repeat_interleave(torch.arange(n, device=W.device), W.crow_indices().diff())
+    rows = csr_rows(W)
     cols = W.col_indices()
     parent = torch.arange(n, device=W.device)
     while True:
@@ -459,7 +459,7 @@ def laplacian_operator(W: torch.Tensor, operator: str) -> tuple[Callable, torch.
     spectrum (2 for L_N; Gershgorin, twice the largest degree, for L). L_N's off-diagonal
     part is W with its values scaled by d_i^-1/2 d_j^-1/2: no sparse product is built."""
     n = W.shape[0]
-    rows = torch.repeat_interleave(torch.arange(n, device=W.device), W.crow_indices().diff())
+    rows = csr_rows(W)
     cols, values = W.col_indices(), W.values()
     degrees = torch.zeros(n, dtype=values.dtype, device=W.device).index_add_(0, rows, values)
     if operator == "unnormalized":
