@@ -75,6 +75,16 @@ PAPER_TABLE1: dict[tuple[str, str, str], tuple[float, float]] = {
 }
 
 
+def mean_std(mean: float, std: float, plus_minus: str = " ± ") -> str:
+    """``mean ± std`` to three decimals; the mean alone where one run gives no spread, and
+    a dash where nothing was measured (e.g. the alignment error without alignment)."""
+    if math.isnan(mean):
+        return "–"
+    if math.isnan(std):
+        return f"{mean:.3f}"
+    return f"{mean:.3f}{plus_minus}{std:.3f}"
+
+
 def summarize(runs: pd.DataFrame) -> pd.DataFrame:
     """Mean and sample std over seeds for every (dataset, method) and measure."""
     runs = runs.reindex(columns=[*runs.columns, *(m for m in ALL_MEASURES if m not in runs.columns)])
@@ -111,7 +121,7 @@ def table_markdown(summary: pd.DataFrame) -> str:
         for (dataset, method), row in summary.iterrows():
             cells = []
             for m in measures:
-                text = f"{row[(m, 'mean')]:.3f} ± {row[(m, 'std')]:.3f}"
+                text = mean_std(row[(m, "mean")], row[(m, "std")])
                 cells.append(f"**{text}**" if (dataset, method, m) in best else text)
             lines.append(f"| {dataset} | {method} | " + " | ".join(cells) + " |")
         lines.append("")
@@ -135,7 +145,7 @@ def table_latex(summary: pd.DataFrame) -> str:
                     cells.append("--")
                     continue
                 row = summary.loc[(dataset, method)]
-                text = f"{row[(measure, 'mean')]:.3f} \\pm {row[(measure, 'std')]:.3f}"
+                text = mean_std(row[(measure, "mean")], row[(measure, "std")], r" \pm ")
                 cells.append(f"$\\mathbf{{{text}}}$" if (dataset, method, measure) in best else f"${text}$")
             lines.append(
                 f"{measure.replace('_', chr(92) + '_')} & {METHOD_LABELS.get(method, method)} & "
@@ -170,7 +180,7 @@ def comparison_markdown(summary: pd.DataFrame) -> str:
     ]
 
     def cell(row: pd.Series, measure: str) -> str:
-        return f"{row[(measure, 'mean')]:.3f} ± {row[(measure, 'std')]:.3f}"
+        return mean_std(row[(measure, "mean")], row[(measure, "std")])
 
     for (dataset, method), row in summary.iterrows():
         for measure in MEASURES:
@@ -246,7 +256,7 @@ def ablation_markdown(summary: pd.DataFrame) -> str:
     ]
     for _, row in summary.sort_values(["dataset", "alignment"]).iterrows():
         cells = [
-            f"{row[f'{m}_mean']:.3f} ± {row[f'{m}_std']:.3f}"
+            mean_std(row[f"{m}_mean"], row[f"{m}_std"])
             for m in ("d_G", "nmi", "acc", "alignment_error_median", "alignment_error_max")
         ]
         lines.append(f"| {row['dataset']} | {row['alignment']} | {int(row['n_runs'])} | " + " | ".join(cells) + " |")
@@ -311,7 +321,7 @@ def paper_claims(
                     " (beyond the paper: its runs had none); the alignment error (clean anchors, median batch)"
                     " says whether the outliers hurt the alignment at all",
                     "measured": "; ".join(
-                        f"{a} d_G {block.at[a, 'd_G_mean']:.3f} ± {block.at[a, 'd_G_std']:.3f},"
+                        f"{a} d_G {mean_std(block.at[a, 'd_G_mean'], block.at[a, 'd_G_std'])},"
                         f" alignment error {block.at[a, 'alignment_error_median_mean']:.3f}"
                         for a in ("ransac-outliers", "lstsq-outliers")
                     ),

@@ -2,11 +2,14 @@ import numpy as np
 import pandas as pd
 
 from basis.paper import (
+    ABLATION_MEASURES,
     PAPER_TABLE1,
     PAPER_VARIANT,
+    ablation_markdown,
     comparison_markdown,
     markdown_to_html,
     summarize,
+    sweep_summary,
     table_latex,
     table_markdown,
 )
@@ -97,3 +100,25 @@ def test_the_report_gets_tables_as_html():
     page = markdown_to_html("# Title\n\nSome `code` and **bold** <text>.\n\n| a | b |\n|---|---|\n| 1 | **2** |\n")
     assert "<h1>Title</h1>" in page and "<code>code</code>" in page and "&lt;text&gt;" in page
     assert "<table><thead><tr><th>a</th><th>b</th></tr></thead><tbody><tr><td>1</td><td><b>2</b></td></tr>" in page
+
+
+def test_one_run_prints_its_value_and_an_unmeasured_cell_a_dash():
+    # The quick config runs the ablation with one seed: its std is NaN, and a run without
+    # alignment has no alignment error. Neither may reach a table as "nan".
+    runs = pd.DataFrame(
+        [
+            {"dataset": "digits", "method": "ransac", "d_G": 0.4371, "nmi": 0.95, "acc": 0.97},
+            {"dataset": "digits", "method": "none", "d_G": 1.33, "nmi": 0.90, "acc": 0.93},
+        ]
+    )
+    runs.loc[0, ["alignment_error_median", "alignment_error_max"]] = [0.058, 0.066]
+    # as workflow/scripts/ablation_table.py summarises the runs
+    summary = sweep_summary(runs, by="dataset", measures=ABLATION_MEASURES).rename(columns={"method": "alignment"})
+    table = ablation_markdown(summary)
+    assert "nan" not in table
+    assert "| digits | ransac | 1 | 0.437 | 0.950 | 0.970 | 0.058 | 0.066 |" in table
+    assert "| digits | none | 1 | 1.330 | 0.900 | 0.930 | – | – |" in table
+    two = _runs(
+        {("digits", "basis"): _both_variants({"d_G": 0.1, "d_perp": 0.2, "nmi": 0.9, "acc": 0.9, "accuracy": 90})}
+    )
+    assert "0.100 ± 0.001" in table_markdown(summarize(two))
