@@ -36,6 +36,7 @@ def _fit_basis(
     seed: int,
     callback,
     eigensolver: str = "auto",
+    cuda_graphs: bool = False,
 ) -> BASiS:
     """BASiS on the benchmarks' clustered stand-in for Siamese features (25 anchors per class)."""
     X, y = clustered_data(max(20 * batch_size, 10_000), dim, n_components, seed)
@@ -49,6 +50,7 @@ def _fit_basis(
         seed=seed,
         callback=callback,
         eigensolver=eigensolver,
+        cuda_graphs=cuda_graphs,
     ).fit(X, y)
 
 
@@ -62,23 +64,29 @@ def bench_step(
     device: str = "auto",
     seed: int = 0,
     eigensolver: str = "auto",
+    cuda_graphs: bool = False,
     compare: bool = False,
     profile: bool = False,
 ) -> dict[str, Any]:
     """Median wall time of one BASiS iteration and of its parts, in milliseconds, the
-    solver used, what an iteration would make a CUDA host wait for
-    (:func:`count_host_syncs`) and, on CUDA, the waits torch's sync debug mode reports per
-    iteration. ``compare`` times the exact and the subspace eigensolver one after the
-    other in this process; ``profile`` adds the top device kernels (torch.profiler)."""
+    solver used, the parts replayed from CUDA graphs, what an iteration would make a CUDA
+    host wait for (:func:`count_host_syncs`) and, on CUDA, the waits torch's sync debug
+    mode reports per iteration. ``compare`` times the exact and the subspace eigensolver
+    (and on CUDA the subspace one with ``cuda_graphs``) one after the other in this
+    process; ``profile`` adds the top device kernels (torch.profiler)."""
     resolved = resolve_device(device)
-    solvers = ["exact", "subspace"] if compare else [eigensolver]
+    variants = [(eigensolver, cuda_graphs)]
+    if compare:
+        variants = [("exact", False), ("subspace", False)] + [("subspace", True)] * (resolved.type == "cuda")
     timings = {
-        solver: _time_steps(batch_size, n_components, dim, n_neighbors, n_iter, warmup, str(resolved), seed, solver)
-        for solver in solvers
+        solver + " + cuda graphs" * graphs: _time_steps(
+            batch_size, n_components, dim, n_neighbors, n_iter, warmup, str(resolved), seed, solver, graphs
+        )
+        for solver, graphs in variants
     }
     result: dict[str, Any] = {
         "host_syncs_per_iteration": count_host_syncs(batch_size, n_components, dim, n_neighbors, seed=seed),
-        **(timings[solvers[0]] if not compare else {"compare": timings}),
+        **(next(iter(timings.values())) if not compare else {"compare": timings}),
         "device": str(resolved),
         "device_name": torch.cuda.get_device_name(resolved) if resolved.type == "cuda" else "cpu",
         "settings": {
@@ -106,8 +114,10 @@ def _time_steps(
     device: str,
     seed: int,
     eigensolver: str,
+    cuda_graphs: bool = False,
 ) -> dict[str, Any]:
-    """ms per iteration and part, the solver used and, on CUDA, the sync-debug waits."""
+    """ms per iteration and part, the solver used, the parts replayed from CUDA graphs
+    and, on CUDA, the sync-debug waits."""
     import warnings
 
     records: list[dict[str, float]] = []
@@ -127,6 +137,7 @@ def _time_steps(
                 seed,
                 lambda step, info: records.append(info),
                 eigensolver,
+                cuda_graphs,
             )
         finally:
             if cuda:
@@ -141,6 +152,9 @@ def _time_steps(
         },
         "eigensolver": "subspace" if model.subspace_solver_ is not None else "exact",
         "exact_redos": model.n_exact_redos_,
+        "cuda_graphs": {
+            name: segment.failure or f"{segment.replays} replays" for name, segment in model.captured_segments().items()
+        },
         "cuda_sync_warnings_per_iteration": len(waits) / n_iter if cuda else None,
         "cuda_sync_warning_sources": sorted({str(w.message).split("\n")[0][:120] for w in waits})[:10],
     }

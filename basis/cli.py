@@ -427,6 +427,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             n_neighbors=args.k,
             device=args.device,
             eigensolver=args.eigensolver,
+            cuda_graphs=args.cuda_graphs,
             compare=args.compare,
             profile=args.profile,
         )
@@ -559,7 +560,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="scale of the clusters' centres (reference; 3: each cluster its own component, 1.5: connected)",
     )
     bench.add_argument("--save-embedding", help="write the reference embedding to this .npy (reference)")
-    bench.add_argument("--compare", action="store_true", help="time the exact and the subspace eigensolver (step)")
+    bench.add_argument(
+        "--cuda-graphs", action="store_true", help="replay the step's fixed-shape parts from CUDA graphs (step)"
+    )
+    bench.add_argument(
+        "--compare",
+        action="store_true",
+        help="time the exact and the subspace eigensolver, and on CUDA the subspace one with CUDA graphs (step)",
+    )
     bench.add_argument("--profile", action="store_true", help="the top device kernels, on CUDA (step)")
     bench.set_defaults(func=cmd_bench)
 

@@ -52,10 +52,12 @@ class Adam:
             param.addcdiv_(self.first[i], (self.second[i].sqrt() / correction2_sqrt).add_(self.eps), value=-step_size)
 
 
-def adam_for(params: Iterable[torch.Tensor], lr: float, device: torch.device) -> Adam | torch.optim.Optimizer:
+def adam_for(
+    params: Iterable[torch.Tensor], lr: float, device: torch.device, *, capturable: bool = False
+) -> Adam | torch.optim.Optimizer:
     """The estimators' optimiser: :class:`Adam` on the CPU (torch's floats, none of its
     start-up), ``torch.optim.Adam(fused=True)`` on CUDA (its step counters stay on the
-    device: no host read per step)."""
+    device: no host read per step), ``capturable`` where its step is recorded in a CUDA graph."""
     if device.type == "cuda":
-        return torch.optim.Adam(params, lr=lr, fused=True)
+        return torch.optim.Adam(params, lr=lr, fused=True, capturable=capturable)
     return Adam(params, lr)

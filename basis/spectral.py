@@ -21,6 +21,7 @@ import scipy.sparse.csgraph
 import scipy.sparse.linalg
 import torch
 
+from basis.capture import CapturedSegment
 from basis.errors import InputError
 from basis.graph import csr_rows, csr_tensor
 from basis.settings import SPARSE_SOLVERS
@@ -281,7 +282,8 @@ class SubspaceEigensolver:
     eigh's to rounding. Convergence is checked on the device by the Davis-Kahan bound on
     the subspace's angle, max residual norm / (theta_n - theta_{n-1}) <= ``tolerance``,
     and returned as a 0-dim bool tensor: the caller redoes a batch that fails it with the
-    exact solver (a small eigengap, where the bound is loose).
+    exact solver (a small eigengap, where the bound is loose). With ``capture``, the
+    filtered block is replayed from a CUDA graph (:class:`~basis.capture.CapturedSegment`).
     """
 
     def __init__(
@@ -293,6 +295,7 @@ class SubspaceEigensolver:
         iterations: int = 4,
         tolerance: float = 1e-8,
         seed: int = 0,
+        capture: bool = False,
     ):
         self.n_eig, self.guard, self.degree, self.iterations, self.tolerance = (
             n_eig,
@@ -304,6 +307,7 @@ class SubspaceEigensolver:
         self.seed = seed
         self.start: torch.Tensor | None = None
         self.cut: torch.Tensor | None = None
+        self._filtered = CapturedSegment(self._filtered_block) if capture else self._filtered_block
 
     def solve(
         self, matrix: torch.Tensor, upper: float | torch.Tensor
@@ -321,10 +325,8 @@ class SubspaceEigensolver:
         # The damped interval must not be empty (no host value is read, nor one copied over).
         cut = self.cut.clamp(max=0.9 * upper) if isinstance(upper, float) else torch.minimum(self.cut, 0.9 * upper)
         half_width, centre = (upper - cut) / 2, (upper + cut) / 2
-        X = self.start
-        for _ in range(self.iterations):
-            X = torch.linalg.qr(_chebyshev_filter(matrix, X, self.degree, centre, half_width)).Q
-        theta, rotation = torch.linalg.eigh(X.T @ matrix @ X)
+        X, projected = self._filtered(matrix, self.start, centre, half_width)
+        theta, rotation = torch.linalg.eigh(projected)
         X = X @ rotation
         wanted = X[:, : self.n_eig]
         residual = torch.linalg.norm(matrix @ wanted - wanted * theta[: self.n_eig], dim=0).max()
@@ -332,6 +334,16 @@ class SubspaceEigensolver:
         converged = (gap > 0) & (residual <= self.tolerance * gap)
         self.cut = theta[-1]
         return theta[: self.n_eig], wanted, converged
+
+    def _filtered_block(
+        self, matrix: torch.Tensor, start: torch.Tensor, centre: torch.Tensor, half_width: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The start block filtered and re-orthonormalised ``iterations`` times, and the
+        matrix projected on it (for Rayleigh-Ritz): no host read, fixed shapes."""
+        X = start
+        for _ in range(self.iterations):
+            X = torch.linalg.qr(_chebyshev_filter(matrix, X, self.degree, centre, half_width)).Q
+        return X, X.T @ matrix @ X
 
 
 def _chebyshev_filter(

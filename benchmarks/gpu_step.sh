@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Issue #20's device check, old and new in one call: `bench step` of the code before the
 # GPU-native step (a copy of its basis/ in $OLD, when given) and of this code (exact and
-# subspace eigensolvers, torch's sync debug mode, the top kernels), then four `bench step`
-# processes at once on the same device. Writes $OUT/summary.txt.
+# subspace eigensolvers, the subspace one with CUDA graphs, torch's sync debug mode, the
+# top kernels); the test that the replayed step equals the eager one; then four `bench
+# step` processes at once on the same device, eager and with CUDA graphs. Writes
+# $OUT/summary.txt.
 # Usage: OUT=folder [OLD=folder-with-old-basis] bash benchmarks/gpu_step.sh   (DEVICE=cpu: on the CPU)
 set -uo pipefail
 OUT=${OUT:-results/gpu_step}
@@ -21,12 +23,32 @@ here=$(pwd)
     fi
     (cd "$here" && "$py" -m basis bench step --device "$DEVICE" --json --compare --profile) > "$OUT/new.json" 2> "$OUT/new.err" \
         || echo "FAILED new: $(tail -3 "$OUT/new.err")"
-    solo=$SECONDS
-    (cd "$here" && "$py" -m basis bench step --device "$DEVICE" --json) > "$OUT/solo.json" 2> "$OUT/solo.err"
-    for i in 1 2 3 4; do
-        (cd "$here" && "$py" -m basis bench step --device "$DEVICE" --json) > "$OUT/concurrent_$i.json" 2> "$OUT/concurrent_$i.err" &
+    # The replayed step against the eager one (tests/test_capture.py's GPU test; without
+    # pytest on the device, the test function is called directly).
+    [ "$DEVICE" != cpu ] && (cd "$here" && "$py" - <<'CHECK'
+import sys, types
+try:
+    import pytest  # noqa: F401
+except ImportError:  # a stand-in for the two names the test module uses
+    sys.modules["pytest"] = types.SimpleNamespace(
+        mark=types.SimpleNamespace(skipif=lambda *a, **k: (lambda f: f)), raises=None
+    )
+sys.path.insert(0, "tests")
+import test_capture
+test_capture.test_on_a_gpu_the_replayed_step_equals_the_eager_one()
+print("capture test passed: the replayed step equals the eager one")
+CHECK
+    ) 2>&1 | tail -5
+    for mode in eager graphs; do
+        flags=()
+        [ "$mode" = graphs ] && flags=(--cuda-graphs)
+        (cd "$here" && "$py" -m basis bench step --device "$DEVICE" --json "${flags[@]}") > "$OUT/solo_$mode.json" 2> "$OUT/solo_$mode.err"
+        for i in 1 2 3 4; do
+            (cd "$here" && "$py" -m basis bench step --device "$DEVICE" --json "${flags[@]}") \
+                > "$OUT/concurrent_${mode}_$i.json" 2> "$OUT/concurrent_${mode}_$i.err" &
+        done
+        wait
     done
-    wait
     "$py" - "$OUT" <<'PY'
 import json, pathlib, sys
 out = pathlib.Path(sys.argv[1])
@@ -36,7 +58,7 @@ def load(name):
         return json.loads(path.read_text().strip().splitlines()[-1])
     except Exception as err:
         return {"error": repr(err)}
-old, new, solo = load("old"), load("new"), load("solo")
+old, new = load("old"), load("new")
 print("old (before #20):", json.dumps({k: old.get(k) for k in ("ms_per_iteration", "host_syncs_per_iteration", "device")}))
 for solver, timing in new.get("compare", {}).items():
     print(f"new {solver}:", json.dumps(timing))
@@ -44,10 +66,12 @@ print("new audit:", json.dumps(new.get("host_syncs_per_iteration")))
 print("device:", new.get("device_name"))
 for kernel in new.get("top_kernels", []):
     print("  kernel", json.dumps(kernel))
-alone = solo.get("ms_per_iteration", {}).get("total")
-print("solo ms/step:", alone)
-for i in range(1, 5):
-    together = load(f"concurrent_{i}").get("ms_per_iteration", {}).get("total")
-    print(f"concurrent {i} ms/step:", together, "ratio", together / alone if alone and together else None)
+for mode in ("eager", "graphs"):
+    solo = load(f"solo_{mode}")
+    alone = solo.get("ms_per_iteration", {}).get("total")
+    print(f"{mode} solo ms/step:", alone, solo.get("cuda_graphs"))
+    for i in range(1, 5):
+        together = load(f"concurrent_{mode}_{i}").get("ms_per_iteration", {}).get("total")
+        print(f"{mode} concurrent {i} ms/step:", together, "ratio", together / alone if alone and together else None)
 PY
 } 2>&1 | tee "$OUT/summary.txt"

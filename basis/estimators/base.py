@@ -29,6 +29,7 @@ from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import check_array
 from threadpoolctl import threadpool_limits
 
+from basis.capture import CapturedSegment
 from basis.device import resolve_device
 from basis.errors import InputError
 from basis.graph import GraphConfig
@@ -362,7 +363,9 @@ class SpectralEstimator(TransformerMixin, BaseEstimator):
         self._prepare(self._training_data, y)
         # Batches are prepared on a stream of their own on CUDA (see prepare_batch).
         self._prepare_stream = torch.cuda.Stream(self.device_) if self.device_.type == "cuda" else None
-        self.optimizer_ = adam_for(self.model_.parameters(), self.lr, self.device_)
+        captures = self._captures_steps()
+        self.optimizer_ = adam_for(self.model_.parameters(), self.lr, self.device_, capturable=captures)
+        self._gradient_step = CapturedSegment(self._gradient_step_on) if captures else None
         self.loss_curve_: list[float] = []
         self.n_steps_ = 0
         self.model_.train()
@@ -453,14 +456,29 @@ class SpectralEstimator(TransformerMixin, BaseEstimator):
             for tensor in _tensors(batch.content):
                 tensor.record_stream(main)
         self.model_.train()
-        loss, info = self._batch_loss(batch.content, batch.timer)
-        with batch.timer("gradient"):
-            self.optimizer_.zero_grad(set_to_none=True)
-            loss.backward()
-            self.optimizer_.step()
+        if self._gradient_step is not None:
+            tensors, info = self._loss_tensors(batch.content)
+            with batch.timer("gradient"):
+                (loss,) = self._gradient_step(*tensors)
+        else:
+            loss, info = self._batch_loss(batch.content, batch.timer)
+            with batch.timer("gradient"):
+                self.optimizer_.zero_grad(set_to_none=True)
+                loss.backward()
+                self.optimizer_.step()
         self.n_steps_ += 1
         self._after_step()
         return loss.detach(), info
+
+    def _gradient_step_on(self, *tensors: torch.Tensor) -> tuple[torch.Tensor]:
+        """The gradient step as a function of the loss's tensors, which
+        :class:`~basis.capture.CapturedSegment` records: the gradients it makes and the
+        optimiser's state keep their addresses from one replay to the next."""
+        self.optimizer_.zero_grad(set_to_none=True)
+        loss = self._loss_of(*tensors)
+        loss.backward()
+        self.optimizer_.step()
+        return (loss.detach(),)
 
     def _after_step(self) -> None:
         """A method's work after each gradient step (BASiS: weight averaging)."""
@@ -511,6 +529,19 @@ class SpectralEstimator(TransformerMixin, BaseEstimator):
 
     def _finish(self, features_of: FeaturesOf, n_train: int) -> None:
         """Post-processing after the last step."""
+
+    def _captures_steps(self) -> bool:
+        """Whether the step's fixed-shape parts are replayed from CUDA graphs; a method
+        that says so supplies :meth:`_loss_tensors` and :meth:`_loss_of`."""
+        return False
+
+    def _loss_tensors(self, batch: Any) -> tuple[tuple[torch.Tensor, ...], dict[str, float]]:
+        """The tensors the method's loss on a batch is a function of, and the step's info."""
+        raise NotImplementedError
+
+    def _loss_of(self, *tensors: torch.Tensor) -> torch.Tensor:
+        """The method's loss as a function of :meth:`_loss_tensors`' tensors alone."""
+        raise NotImplementedError
 
     # -- inference and persistence -----------------------------------------------------
     def _check_fitted(self) -> None:

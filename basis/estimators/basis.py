@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from basis import capture
 from basis.alignment import (
     MAPS,
     TOLERANCE_MODES,
@@ -19,6 +20,7 @@ from basis.alignment import (
     apply_affine,
     rms_row_norm,
 )
+from basis.capture import CapturedSegment
 from basis.errors import InputError
 from basis.estimators.base import FeaturesOf, SpectralEstimator, StepTimer, register
 from basis.graph import dense_affinity
@@ -98,6 +100,12 @@ class BASiS(SpectralEstimator):
         tolerance are redone exactly (counted in ``n_exact_redos_``). ``auto``: subspace on
         CUDA, exact on the CPU, where the subset driver is as fast. The reference batch is
         always solved exactly.
+    cuda_graphs : bool
+        On CUDA, replay the step's fixed-shape parts from CUDA graphs
+        (:class:`~basis.capture.CapturedSegment`): the batch graph and its components, the
+        subspace eigensolver's filter, and the gradient step. Each part is recorded after
+        two eager calls; the decompositions and RANSAC's search run eagerly between them.
+        The same kernels run, so the numbers do not change. No effect on the CPU.
     average_tail : float
         Fraction of the last iterations whose network weights are averaged into the final
         network (Polyak-Ruppert averaging; 0, the paper's, keeps the last weights). Each
@@ -132,6 +140,7 @@ class BASiS(SpectralEstimator):
         reference: str = "first_batch",
         reference_batches: int = 10,
         eigensolver: str = "auto",
+        cuda_graphs: bool = False,
         average_tail: float = 0.0,
         **common: Any,
     ):
@@ -152,6 +161,7 @@ class BASiS(SpectralEstimator):
         self.reference = reference
         self.reference_batches = reference_batches
         self.eigensolver = eigensolver
+        self.cuda_graphs = cuda_graphs
         self.average_tail = average_tail
 
     def _validate(self, n_samples: int) -> None:
@@ -169,6 +179,8 @@ class BASiS(SpectralEstimator):
                 "reference='mean' averages aligned batches: it needs an alignment other than 'none' and"
                 f" reference_batches >= 2, got alignment={self.alignment!r}, reference_batches={self.reference_batches}"
             )
+        if not isinstance(self.cuda_graphs, (bool, np.bool_)):
+            raise InputError(f"cuda_graphs must be true or false, got {self.cuda_graphs!r}")
         if self.eigensolver not in EIGENSOLVERS:
             raise InputError(f"eigensolver must be one of {list(EIGENSOLVERS)}, got {self.eigensolver!r}")
         if self.ransac_tolerance_mode not in TOLERANCE_MODES:
@@ -238,7 +250,9 @@ class BASiS(SpectralEstimator):
         self.alignment_errors_: list[float] = []
         subspace = self.eigensolver == "subspace" or (self.eigensolver == "auto" and self.device_.type == "cuda")
         n_eig = self.n_components + int(self.drop_trivial)
-        self.subspace_solver_ = SubspaceEigensolver(n_eig, seed=self.seed) if subspace else None
+        captures = self._captures_steps()
+        self.subspace_solver_ = SubspaceEigensolver(n_eig, seed=self.seed, capture=captures) if subspace else None
+        self._batch_graph = CapturedSegment(self._graph_and_components) if captures else self._graph_and_components
         self.reference_indices_, _, self.reference_embedding_ = self._draw_embedded_batch(
             X.shape[0], self._training_features, StepTimer(self.device_)
         )
@@ -281,8 +295,7 @@ class BASiS(SpectralEstimator):
         the embedding and, as tensors, the graph's component labels, whether they settled
         and whether the eigensolver converged (the exact one always does)."""
         with timer("graph"):
-            W = dense_affinity(X_batch, self.graph_)
-            labels, settled = component_labels(W)
+            W, labels, settled = self._batch_graph(X_batch)
         with timer("eigensolve"):
             phi, _, converged = embed_graph(
                 W,
@@ -293,6 +306,24 @@ class BASiS(SpectralEstimator):
                 solver=None if exact else self.subspace_solver_,
             )
         return _EmbeddedBatch(W, phi, labels, settled, converged)
+
+    def _graph_and_components(self, X_batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The batch's affinity and its components (labels, settled), with no host read."""
+        W = dense_affinity(X_batch, self.graph_)
+        return (W, *component_labels(W))
+
+    def _captures_steps(self) -> bool:
+        return bool(self.cuda_graphs) and (self.device_.type == "cuda" or capture.EMULATE)
+
+    def captured_segments(self) -> dict[str, CapturedSegment]:
+        """The step's parts replayed from CUDA graphs (``cuda_graphs``), by name: each
+        says how often it was replayed, or why it could not be captured."""
+        segments = {
+            "graph": self._batch_graph,
+            "filter": getattr(self.subspace_solver_, "_filtered", None),
+            "gradient": self._gradient_step,
+        }
+        return {name: segment for name, segment in segments.items() if isinstance(segment, CapturedSegment)}
 
     def _components_allowed(self, embedded: _EmbeddedBatch) -> bool:
         """Whether the batch graph has no more components than eigenvectors (host read)."""
@@ -516,8 +547,15 @@ class BASiS(SpectralEstimator):
     def _batch_loss(self, batch, timer: StepTimer) -> tuple[torch.Tensor, dict[str, float]]:
         X_batch, phi, info = batch
         with timer("gradient"):
-            loss = basis_loss(self.model_(X_batch), phi)
+            loss = self._loss_of(X_batch, phi)
         return loss, info
+
+    def _loss_tensors(self, batch) -> tuple[tuple[torch.Tensor, ...], dict[str, float]]:
+        X_batch, phi, info = batch
+        return (X_batch, phi), info
+
+    def _loss_of(self, X_batch: torch.Tensor, phi: torch.Tensor) -> torch.Tensor:
+        return basis_loss(self.model_(X_batch), phi)
 
 
 @dataclass

@@ -1,0 +1,127 @@
+"""CUDA-graph capture of the step's fixed-shape parts (basis.capture, BASiS ``cuda_graphs``).
+
+The CPU cannot record a CUDA graph, so the tests here check what capture relies on: the
+segments read nothing back to the host (a captured function may not), the buffer
+handling (emulated: the function replayed on the segment's own buffers) leaves every
+number of a seeded run unchanged, and, on a GPU, the replayed step equals the eager one.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from basis import capture
+from basis.bench import clustered_data
+from basis.capture import CapturedSegment
+from basis.errors import InputError
+from basis.estimators import BASiS
+from basis.graph import GraphConfig
+from basis.syncs import HostSyncCounter
+
+
+def _basis(**params) -> BASiS:
+    settings = dict(
+        graph=GraphConfig(n_neighbors=10),
+        batch_size=128,
+        n_iter=12,
+        anchors_per_class=6,
+        device="cpu",
+        seed=3,
+        eigensolver="subspace",
+    )
+    return BASiS(4, **{**settings, **params})
+
+
+def _data():
+    return clustered_data(2000, 8, 4, seed=1)
+
+
+def test_a_segment_warms_up_records_once_and_returns_copies():
+    calls = []
+
+    def double(x, y):
+        calls.append(x.shape)
+        return (2 * x + y,)
+
+    segment = CapturedSegment(double, warmup=2, emulate=True)
+    a, b = torch.arange(3.0), torch.ones(3)
+    outputs = [segment(a + i, b)[0] for i in range(5)]
+    assert [o.tolist() for o in outputs] == [[2 * (v + i) + 1 for v in range(3)] for i in range(5)]
+    assert segment.replays == 3  # two eager calls, then the recording call and two more
+    assert len({o.data_ptr() for o in outputs}) == 5  # each call its own copy, not the buffer
+    outputs[-1].fill_(0)
+    assert segment(a, b)[0].tolist() == [1.0, 3.0, 5.0]
+    assert segment(torch.arange(4.0), torch.ones(4))[0].tolist() == [1.0, 3.0, 5.0, 7.0]  # new shape: eager
+    assert segment.replays == 4 and segment.failure is None
+
+
+def test_a_segment_runs_eagerly_on_the_cpu_unless_emulated():
+    segment = CapturedSegment(lambda x: (x + 1,))
+    for _ in range(4):
+        assert segment(torch.zeros(2))[0].tolist() == [1.0, 1.0]
+    assert segment.replays == 0
+
+
+def test_the_captured_parts_read_nothing_back_to_the_host():
+    """A CUDA graph cannot hold a host read: the graph and components, the filtered block
+    and the gradient step must make none (the decompositions that check on the host,
+    eigh and svd, stay outside the segments)."""
+    X, y = _data()
+    estimator = _basis(cuda_graphs=True)
+    capture_was, capture.EMULATE = capture.EMULATE, True
+    try:
+        estimator.start(X, y)
+        batch = estimator.prepare_batch()
+    finally:
+        capture.EMULATE = capture_was
+    segments = estimator.captured_segments()
+    assert set(segments) == {"graph", "filter", "gradient"}
+    X_batch, phi, _ = batch.content
+    W, _, _ = estimator._graph_and_components(X_batch)
+    solver = estimator.subspace_solver_
+    matrix = torch.eye(len(W), dtype=torch.float64) - W.double() / 2
+    centre, half_width = torch.tensor(1.2, dtype=torch.float64), torch.tensor(0.8, dtype=torch.float64)
+    with HostSyncCounter() as syncs:
+        segments["graph"].function(X_batch)
+        segments["filter"].function(
+            matrix, torch.randn(len(W), solver.n_eig + solver.guard).double(), centre, half_width
+        )
+        segments["gradient"].function(X_batch, phi)
+    assert syncs.total == 0 and not syncs.linalg_checks, (syncs.counts, syncs.linalg_checks)
+
+
+def test_seeded_runs_are_the_same_with_the_parts_replayed():
+    X, y = _data()
+    capture_was, capture.EMULATE = capture.EMULATE, True
+    try:
+        replayed = _basis(cuda_graphs=True).fit(X, y)
+    finally:
+        capture.EMULATE = capture_was
+    eager = _basis().fit(X, y)
+    assert eager.captured_segments() == {}
+    assert {name: s.replays for name, s in replayed.captured_segments().items()} == {
+        "graph": 1 + 12 - 2,  # the reference batch and 12 steps' batches, less 2 eager warm-up calls
+        "filter": 12 - 1 - 2,  # the first subspace solve is exact (it sets the filter's cut)
+        "gradient": 12 - 2,
+    }
+    assert replayed.loss_curve_ == eager.loss_curve_
+    np.testing.assert_array_equal(replayed.transform(X), eager.transform(X))
+
+
+def test_cuda_graphs_takes_a_boolean():
+    X, y = _data()
+    with pytest.raises(InputError, match="cuda_graphs must be true or false"):
+        _basis(cuda_graphs="yes").fit(X, y)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (benchmarks/gpu_step.sh runs it)")
+def test_on_a_gpu_the_replayed_step_equals_the_eager_one():
+    X, y = _data()
+    settings = dict(device="cuda", n_iter=30)
+    replayed = _basis(cuda_graphs=True, **settings).fit(X, y)
+    eager = _basis(**settings).fit(X, y)
+    segments = replayed.captured_segments()
+    assert {name: s.failure for name, s in segments.items()} == {"graph": None, "filter": None, "gradient": None}
+    assert min(s.replays for s in segments.values()) > 20
+    np.testing.assert_allclose(replayed.loss_curve_, eager.loss_curve_, rtol=1e-6)
+    np.testing.assert_allclose(replayed.transform(X), eager.transform(X), rtol=1e-5, atol=1e-6)
