@@ -71,8 +71,10 @@ def knn(
         # ||y||^2 - 2 x.y in one fused pass; ||x||^2 is constant along a row, so it is
         # added to the k winners only.
         scores = torch.addmm(sq_norms[None, :], X[chunk], X.T, alpha=-2.0)
-        # A point is its own nearest neighbour even where rounding says otherwise.
-        scores[torch.arange(len(chunk), device=X.device), chunk] = -torch.inf
+        # A point is its own nearest neighbour even where rounding says otherwise (the
+        # value a device tensor: a Python scalar is copied from the host, which a CUDA
+        # graph cannot hold).
+        scores.index_put_((torch.arange(len(chunk), device=X.device), chunk), scores.new_full((), -torch.inf))
         values, idx = smallest_k(scores, n_neighbors, topk_block)
         values = values + sq_norms[chunk, None]
         values[:, 0] = 0.0
