@@ -11,6 +11,7 @@ import logging
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from basis.errors import InputError
@@ -276,6 +277,11 @@ def hypotheses_needed(
     return math.log(1.0 - confidence) / math.log1p(-clean)
 
 
+#: :meth:`RansacSearch.settle` on a GPU draws this many times the hypotheses still needed
+#: at once, with the mapped anchors of all of them in at most ROUND_BATCH_BYTES.
+ROUND_MARGIN = 1.25
+ROUND_BATCH_BYTES = 2**28
+
 #: Refits on the inliers (local optimisation) stop after this many even if the inlier set
 #: still changes; in practice it settles after one or two.
 MAX_REFITS = 20
@@ -380,7 +386,9 @@ class RansacSearch:
     reads (BASiS reads it with the step's diagnostics, in one transfer) and calls
     :meth:`settle` only when it is true; :meth:`settle` finishes the search on the host, one
     read per refit or round. Hypotheses are drawn from ``generator`` on the anchors'
-    device, in the same order as :func:`ransac_affine` always drew them.
+    device, in the same order as :func:`ransac_affine` always drew them. With
+    ``batch_rounds`` (the default on CUDA), :meth:`settle` draws the rounds still needed
+    all at once, with the same outcome and a few reads in all.
     """
 
     def __init__(
@@ -398,6 +406,7 @@ class RansacSearch:
         max_gain: float = MAX_GAIN,
         generator: torch.Generator | None = None,
         linear: bool = False,
+        batch_rounds: bool | None = None,
     ):
         _check_anchors(source, target, linear)
         n_anchors, dim = source.shape
@@ -420,6 +429,9 @@ class RansacSearch:
         self.n_iter, self.max_iter, self.confidence, self.sample_size = n_iter, max_iter, confidence, sample_size
         self.generator = generator or torch.Generator(device=device).manual_seed(0)
         self.n_anchors = n_anchors
+        # Rounds at once where a read is a wait for the device; one at a time on the host,
+        # where it costs nothing and a round's tensors stay in cache (the outcome is the same).
+        self.batch_rounds = device.type == "cuda" if batch_rounds is None else batch_rounds
         target_rms = rms_row_norm(self.target)
         self.threshold = (
             torch.tensor(tolerance, dtype=torch.float64, device=device)
@@ -483,61 +495,139 @@ class RansacSearch:
 
     def _check(self, transform, inliers, refits) -> tuple[torch.Tensor, torch.Tensor]:
         """The anchors within the threshold under ``transform``, and whether a refit on them
-        is due: they differ from ``inliers``, keep a consensus, and refits are left."""
+        is due: they differ from ``inliers``, keep a consensus, and refits are left. Batched
+        over leading dimensions (one map per round, in :meth:`_rounds`)."""
         candidate = self._errors(transform) < self.threshold
-        due = (candidate != inliers).any() & (candidate.sum() >= self.consensus) & (refits < MAX_REFITS)
+        due = (candidate != inliers).any(dim=-1) & (candidate.sum(dim=-1) >= self.consensus) & (refits < MAX_REFITS)
         return candidate, due
 
     def _refit(self, transform, inliers, refits, candidate, refining):
         """One refit on the ``candidate`` inliers where ``refining`` says it is due (local
         optimisation), and the check of its result."""
-        transform = torch.where(refining, self._fit(candidate)[0], transform)
-        inliers = torch.where(refining, candidate, inliers)
+        transform = torch.where(refining[..., None, None], self._fit(candidate)[0], transform)
+        inliers = torch.where(refining[..., None], candidate, inliers)
         refits = refits + refining.long()
         candidate, due = self._check(transform, inliers, refits)
         return transform, inliers, refits, candidate, refining & due
 
     # -- the search -------------------------------------------------------------------
+    def _draw(self, block: int) -> torch.Tensor:
+        """One round's samples: a random permutation per hypothesis, its first
+        ``sample_size`` anchors."""
+        noise = torch.rand(block, self.n_anchors, generator=self.generator, device=self.source.device)
+        return noise.argsort(dim=1)[:, : self.sample_size]
+
     def _round(self) -> None:
-        """Draw and score one round of hypotheses, keep the best so far (refined), and
-        update how many hypotheses ``confidence`` needs."""
-        n, size = self.n_anchors, self.sample_size
-        block = min(self.n_iter, self.max_iter - self.drawn)
-        device = self.source.device
-        # One random permutation per hypothesis; its first sample_size anchors are the sample.
-        samples = torch.rand(block, n, generator=self.generator, device=device).argsort(dim=1)[:, :size]
+        """Draw and score one round of hypotheses and keep the best so far, with no host
+        read (its refits, where due, are left to :meth:`settle`)."""
+        self._rounds(1, settle=False)
+
+    def _rounds(self, count: int, settle: bool = True) -> None:
+        """Draw and score ``count`` rounds of ``n_iter`` hypotheses at once (one batched fit
+        of every sample) and advance the search exactly as one round at a time would: each
+        round's best hypothesis against the best so far, the adopted ones refitted until
+        their inliers settle (with ``settle``), and the hypotheses needed updated after each
+        round. With ``settle`` the search stops at the first round after which no more were
+        needed and the generator is rewound to just after it, so that later draws are those
+        of the round-by-round search; it reads which rounds adopted a new best (once), each
+        adopted round's refit checks, and where to stop (once). Without it (the first round)
+        nothing is read and the refits, where due, are left to :meth:`settle`."""
+        blocks, drawn = [], self.drawn
+        while len(blocks) < count and drawn < self.max_iter:
+            blocks.append(min(self.n_iter, self.max_iter - drawn))
+            drawn += blocks[-1]
+        ends = np.cumsum(blocks).tolist()
+        spans = list(zip([0, *ends], ends))
+        generator_state = self.generator.get_state() if settle else None
+        samples = torch.cat([self._draw(block) for block in blocks])
         hypotheses, ranks = self._fit_samples(samples)
         errors = _row_errors(hypotheses, self.source.unsqueeze(0), self.target.unsqueeze(0))
         blown_up = alignment_gain(hypotheses, self.source.unsqueeze(0), self.target.unsqueeze(0)) > self.max_gain
         is_inlier = (errors < self.threshold) & ~blown_up.unsqueeze(1)
         counts = is_inlier.sum(dim=1)
         inlier_error = torch.where(is_inlier, errors, torch.zeros_like(errors)).sum(dim=1)
-        # Most inliers first, then smallest summed inlier error.
-        top = torch.argmax(counts * (1.0 + inlier_error.max()) - inlier_error).unsqueeze(0)
-        count, error = counts.index_select(0, top).squeeze(0), inlier_error.index_select(0, top).squeeze(0)
-        top_inliers = is_inlier.index_select(0, top).squeeze(0)
-        better = (count > self.best_count) | ((count == self.best_count) & (error < self.best_error))
-        self.best_count = torch.where(better, count, self.best_count)
-        self.best_error = torch.where(better, error, self.best_error)
-        adopt = better & (count >= self.consensus)
-        first_fit, refits = self._fit(top_inliers)[0], torch.ones_like(self.refits)
-        refined = (first_fit, top_inliers, refits, *self._check(first_fit, top_inliers, refits))
+        full_rank = ranks >= self.anchor_rank
+        rejected = self.rejected + torch.stack([blown_up[a:b].sum() for a, b in spans]).cumsum(0)
+        full_ranks = self.full_rank + torch.stack([full_rank[a:b].sum() for a, b in spans]).cumsum(0)
+        # Each round's best (most inliers, then smallest summed inlier error), whether it
+        # beats the best before it, and whether it has a consensus.
+        best_count, best_error, adopt, bests, tops = self.best_count, self.best_error, [], [], []
+        for a, b in spans:
+            top = torch.argmax(counts[a:b] * (1.0 + inlier_error[a:b].max()) - inlier_error[a:b]).unsqueeze(0) + a
+            count, error = counts.index_select(0, top).squeeze(0), inlier_error.index_select(0, top).squeeze(0)
+            better = (count > best_count) | ((count == best_count) & (error < best_error))
+            best_count, best_error = torch.where(better, count, best_count), torch.where(better, error, best_error)
+            adopt.append(better & (count >= self.consensus))
+            bests.append((best_count, best_error))
+            tops.append(is_inlier.index_select(0, top).squeeze(0))
+        # The adopted rounds' best maps, refitted until their inliers settle (one read for
+        # all of them per refit; each map is fitted on its own, as one round at a time did).
+        if settle and len(blocks) > 1:
+            adopted = [r for r, flag in enumerate(torch.stack(adopt).tolist()) if flag]
+        else:  # one round: its map is fitted whether or not it is adopted (no read)
+            adopted = list(range(len(blocks)))
+        chains = {}
+        for r in adopted:
+            first_fit, refits = self._fit(tops[r])[0], torch.ones_like(self.refits)
+            candidate, due = self._check(first_fit, tops[r], refits)
+            chains[r] = (first_fit, tops[r], refits, candidate, due & adopt[r])
+        while settle and chains:
+            due = [r for r, flag in zip(chains, torch.stack([c[4] for c in chains.values()]).tolist()) if flag]
+            if not due:
+                break
+            for r in due:
+                chains[r] = self._refit(*chains[r])
+        # The search's state after each round, and whether it would have stopped there.
         current = (self.transform, self.inliers, self.refits, self.candidate, self.refining)
-        self.transform, self.inliers, self.refits, self.candidate, self.refining = [
-            torch.where(adopt, new, old) for new, old in zip(refined, current)
-        ]
-        self.found = self.found | adopt
-        self.drawn += block
-        self.rejected = self.rejected + blown_up.sum()
-        self.full_rank = self.full_rank + (ranks >= self.anchor_rank).sum()
-        self._update_needed()
+        found, states, stops = self.found, [], []
+        for r, (best_count, best_error) in enumerate(bests):
+            if r in chains:
+                current = tuple(torch.where(adopt[r], new, old) for new, old in zip(chains[r], current))
+                found = found | adopt[r]
+            needed = self._needed(found, current[1], best_count, full_ranks[r], self.drawn + ends[r])
+            states.append((*current, found, best_count, best_error, rejected[r], full_ranks[r], needed))
+            stops.append(~(needed > self.drawn + ends[r]))
+        last = len(blocks) - 1
+        if settle and last > 0:
+            stops = torch.stack(stops)
+            last = int(torch.where(stops.any(), stops.long().argmax(), last))
+            self.generator.set_state(generator_state)
+            for block in blocks[: last + 1]:  # the draws of the rounds kept, and no more
+                torch.rand(block, self.n_anchors, generator=self.generator, device=self.source.device)
+        (
+            self.transform,
+            self.inliers,
+            self.refits,
+            self.candidate,
+            self.refining,
+            self.found,
+            self.best_count,
+            self.best_error,
+            self.rejected,
+            self.full_rank,
+            self.needed,
+        ) = states[last]
+        self.drawn += ends[last]
+
+    def _rounds_at_once(self, needed: float) -> int:
+        """A quarter more rounds than are needed now (the count rises when later rounds
+        lower the share of usable samples; rounds beyond the stop are not kept), as many as
+        fit in :data:`ROUND_BATCH_BYTES` of per-anchor errors."""
+        wanted = math.ceil(ROUND_MARGIN * (needed - self.drawn) / self.n_iter)
+        per_round = self.n_iter * self.n_anchors * (self.source.shape[1] + 1) * 8
+        return max(1, min(wanted, ROUND_BATCH_BYTES // per_round))
+
+    def _needed(self, found, inliers, best_count, full_rank, drawn: int) -> torch.Tensor:
+        """The hypotheses ``confidence`` needs, from the inlier ratio after local
+        optimisation (the best estimate of the clean share) and the share of samples that
+        fixed the map so far; between ``n_iter`` and ``max_iter``."""
+        ratio = torch.where(found, inliers.sum(), best_count).double() / self.n_anchors
+        usable = full_rank.clamp(min=1).double() / drawn
+        needed = _hypotheses_needed(ratio, self.sample_size, self.confidence, usable)
+        return needed.clamp(min=self.n_iter, max=self.max_iter)
 
     def _update_needed(self) -> None:
-        # The inlier ratio after local optimisation is the best estimate of the clean share.
-        ratio = torch.where(self.found, self.inliers.sum(), self.best_count).double() / self.n_anchors
-        usable = self.full_rank.clamp(min=1).double() / self.drawn
-        needed = _hypotheses_needed(ratio, self.sample_size, self.confidence, usable)
-        self.needed = needed.clamp(min=self.n_iter, max=self.max_iter)
+        self.needed = self._needed(self.found, self.inliers, self.best_count, self.full_rank, self.drawn)
 
     @property
     def pending(self) -> torch.Tensor:
@@ -545,16 +635,20 @@ class RansacSearch:
         return (self.found & self.refining) | (self.needed > self.drawn)
 
     def settle(self) -> None:
-        """Finish the search on the host: refit until the inlier set settles, and draw rounds
-        until ``confidence`` is met, reading one flag per refit or round."""
+        """Finish the search on the host: refit until the inlier set settles, then draw the
+        rounds that ``confidence`` says are still needed, all at once (:meth:`_rounds`),
+        until no more are needed or ``max_iter`` hypotheses are drawn. The outcome, counts
+        and later draws are those of drawing one round at a time; the reads are one per
+        refit and two per batch of rounds, instead of one per round."""
         while True:
-            if bool(self.found & self.refining):
+            refining, needed = torch.stack([(self.found & self.refining).double(), self.needed]).tolist()
+            if refining:
                 self.transform, self.inliers, self.refits, self.candidate, self.refining = self._refit(
                     self.transform, self.inliers, self.refits, self.candidate, self.refining
                 )
                 self._update_needed()
-            elif self.drawn < self.max_iter and bool(self.needed > self.drawn):
-                self._round()
+            elif self.drawn < self.max_iter and needed > self.drawn:
+                self._rounds(self._rounds_at_once(needed) if self.batch_rounds else 1)
             else:
                 return
 

@@ -358,3 +358,50 @@ def test_a_search_that_needs_no_more_rounds_reads_nothing_from_the_device(rng):
         result = search.result()
     assert syncs.total == 0, syncs.counts
     assert not bool(search.pending) and not bool(result.fallback)
+
+
+def test_the_rounds_a_search_still_needs_are_drawn_at_once_with_the_same_outcome(rng):
+    """A search that needs many rounds (anchors from the wrong class: 18 to 50 rounds of
+    100 here) draws them in one batch and reads the device a few times, not once per round. Its map, inliers, counts
+    and the generator's later draws are bit for bit those of drawing one round at a time
+    with the same arithmetic, and within 1e-10 of the host loop it replaced
+    (tests/ransac_oracle.py)."""
+    from ransac_oracle import ransac_affine_09065fe
+
+    from basis.alignment import RansacSearch
+    from basis.syncs import HostSyncCounter
+
+    def one_round_at_a_time(search):
+        while True:
+            if bool(search.found & search.refining):
+                refined = search._refit(
+                    search.transform, search.inliers, search.refits, search.candidate, search.refining
+                )
+                search.transform, search.inliers, search.refits, search.candidate, search.refining = refined
+                search._update_needed()
+            elif search.drawn < search.max_iter and bool(search.needed > search.drawn):
+                search._rounds(1)
+            else:
+                return search.result().on_host()
+
+    for outliers, seed in [(0.2, 0), (0.2, 1), (0.3, 2)]:
+        source, target, _, _ = clustered_anchors(rng, outliers=outliers)
+        generators = [torch.Generator().manual_seed(seed) for _ in range(3)]
+        old = ransac_affine_09065fe(source, target, generator=generators[0])
+        single = one_round_at_a_time(RansacSearch(source, target, generator=generators[1]))
+        search = RansacSearch(source, target, generator=generators[2], batch_rounds=True)  # CUDA's default
+        with HostSyncCounter() as syncs:
+            search.settle()
+        batched = search.result().on_host()
+        rounds = single.n_hypotheses // 100
+        assert rounds >= 15, rounds
+        assert torch.equal(batched.transform, single.transform) and torch.equal(batched.inliers, single.inliers)
+        counts = (batched.n_hypotheses, batched.n_rejected, batched.n_refits)
+        assert counts == (single.n_hypotheses, single.n_rejected, single.n_refits)
+        assert counts == (old.n_hypotheses, old.n_rejected, old.n_refits)
+        assert (batched.transform - old.transform).abs().max() <= 1e-10 * old.transform.abs().max()
+        draws = [torch.rand(5, generator=generator) for generator in generators]
+        assert torch.equal(draws[0], draws[1]) and torch.equal(draws[1], draws[2])
+        # settle's own reads, which rounds were adopted, their refits, and where to stop;
+        # one round at a time read once per round and once per refit
+        assert syncs.total <= 8, (syncs.counts, rounds)
