@@ -2,9 +2,9 @@
 # Issue #20's device check, old and new in one call: `bench step` of the code before the
 # GPU-native step (a copy of its basis/ in $OLD, when given) and of this code (exact and
 # subspace eigensolvers, the subspace one with CUDA graphs, torch's sync debug mode, the
-# top kernels); the test that the replayed step equals the eager one; then four `bench
-# step` processes at once on the same device, eager and with CUDA graphs. Writes
-# $OUT/summary.txt.
+# top kernels); the test that the replayed step equals the eager one; a 100-iteration
+# BASiS run on raw digits with each code (RANSAC's rounds); then four `bench step`
+# processes at once on the same device, eager and with CUDA graphs. Writes $OUT/summary.txt.
 # Usage: OUT=folder [OLD=folder-with-old-basis] bash benchmarks/gpu_step.sh   (DEVICE=cpu: on the CPU)
 set -uo pipefail
 OUT=${OUT:-results/gpu_step}
@@ -39,6 +39,16 @@ test_capture.test_on_a_gpu_the_replayed_step_equals_the_eager_one()
 print("capture test passed: the replayed step equals the eager one")
 CHECK
     ) 2>&1 | tail -5
+    # A real-data step: BASiS on raw digits, where RANSAC needs many rounds per batch
+    # (median 450 hypotheses, at most 5,000): the old code and this one, their "# timings".
+    for code in old new; do
+        dir=$here
+        if [ "$code" = old ]; then dir=$OLD; fi
+        [ -z "$dir" ] && continue
+        (cd "$dir" && PYTHONPATH=. "$py" -m basis run --method basis --dataset digits --set n_iter=100 \
+            --device "$DEVICE" --json) > "$OUT/digits_$code.json" 2> "$OUT/digits_$code.err" || echo "FAILED digits $code"
+        echo "digits, 100 iterations, $code: $(grep '# timings' "$OUT/digits_$code.err" | tail -1)"
+    done
     for mode in eager graphs; do
         flags=()
         [ "$mode" = graphs ] && flags=(--cuda-graphs)
