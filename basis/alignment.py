@@ -465,7 +465,7 @@ class RansacSearch:
         self.candidate = self.inliers  # the anchors within the threshold under the best map
         self.refining = torch.zeros((), dtype=torch.bool, device=device)  # a refit on them is due
         self.needed = torch.zeros((), dtype=torch.float64, device=device)
-        self._round()
+        self._rounds()
 
     # -- fits -------------------------------------------------------------------------
     def _fit(self, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -517,28 +517,26 @@ class RansacSearch:
         noise = torch.rand(block, self.n_anchors, generator=self.generator, device=self.source.device)
         return noise.argsort(dim=1)[:, : self.sample_size]
 
-    def _round(self) -> None:
-        """Draw and score one round of hypotheses and keep the best so far, with no host
-        read (its refits, where due, are left to :meth:`settle`)."""
-        self._rounds(1, settle=False)
+    def _rounds(self, count: int = 1) -> None:
+        """Draw and score ``count`` rounds of ``n_iter`` hypotheses and keep the best so far.
 
-    def _rounds(self, count: int, settle: bool = True) -> None:
-        """Draw and score ``count`` rounds of ``n_iter`` hypotheses at once (one batched fit
-        of every sample) and advance the search exactly as one round at a time would: each
-        round's best hypothesis against the best so far, the adopted ones refitted until
-        their inliers settle (with ``settle``), and the hypotheses needed updated after each
-        round. With ``settle`` the search stops at the first round after which no more were
-        needed and the generator is rewound to just after it, so that later draws are those
-        of the round-by-round search; it reads which rounds adopted a new best (once), each
-        adopted round's refit checks, and where to stop (once). Without it (the first round)
-        nothing is read and the refits, where due, are left to :meth:`settle`."""
+        One round reads nothing: its best map is fitted whether or not it is adopted, and
+        its refits, where due, are left to :meth:`settle`. Several rounds are drawn at once
+        (one batched fit of every sample) and advance the search exactly as one round at a
+        time would: each round's best hypothesis against the best so far, the adopted ones
+        refitted until their inliers settle, and the hypotheses needed updated after each
+        round; the search stops at the first round after which no more were needed, and the
+        generator is rewound to just after it, so that later draws are those of the
+        round-by-round search. That reads which rounds adopted a new best (once), their
+        refit checks (once per refit, for all of them) and where to stop (once)."""
         blocks, drawn = [], self.drawn
         while len(blocks) < count and drawn < self.max_iter:
             blocks.append(min(self.n_iter, self.max_iter - drawn))
             drawn += blocks[-1]
         ends = np.cumsum(blocks).tolist()
         spans = list(zip([0, *ends], ends))
-        generator_state = self.generator.get_state() if settle else None
+        batched = len(blocks) > 1
+        generator_state = self.generator.get_state() if batched else None
         samples = torch.cat([self._draw(block) for block in blocks])
         hypotheses, ranks = self._fit_samples(samples)
         errors = _row_errors(hypotheses, self.source.unsqueeze(0), self.target.unsqueeze(0))
@@ -562,7 +560,7 @@ class RansacSearch:
             tops.append(is_inlier.index_select(0, top).squeeze(0))
         # The adopted rounds' best maps, refitted until their inliers settle (one read for
         # all of them per refit; each map is fitted on its own, as one round at a time did).
-        if settle and len(blocks) > 1:
+        if batched:
             adopted = [r for r, flag in enumerate(torch.stack(adopt).tolist()) if flag]
         else:  # one round: its map is fitted whether or not it is adopted (no read)
             adopted = list(range(len(blocks)))
@@ -571,7 +569,7 @@ class RansacSearch:
             first_fit, refits = self._fit(tops[r])[0], torch.ones_like(self.refits)
             candidate, due = self._check(first_fit, tops[r], refits)
             chains[r] = (first_fit, tops[r], refits, candidate, due & adopt[r])
-        while settle and chains:
+        while batched and chains:
             due = [r for r, flag in zip(chains, torch.stack([c[4] for c in chains.values()]).tolist()) if flag]
             if not due:
                 break
@@ -586,9 +584,9 @@ class RansacSearch:
                 found = found | adopt[r]
             needed = self._needed(found, current[1], best_count, full_ranks[r], self.drawn + ends[r])
             states.append((*current, found, best_count, best_error, rejected[r], full_ranks[r], needed))
-            stops.append(~(needed > self.drawn + ends[r]))
+            stops.append(~(needed > self.drawn + ends[r]) if batched else None)
         last = len(blocks) - 1
-        if settle and last > 0:
+        if batched:
             stops = torch.stack(stops)
             last = int(torch.where(stops.any(), stops.long().argmax(), last))
             self.generator.set_state(generator_state)

@@ -380,7 +380,7 @@ def test_the_rounds_a_search_still_needs_are_drawn_at_once_with_the_same_outcome
                 search.transform, search.inliers, search.refits, search.candidate, search.refining = refined
                 search._update_needed()
             elif search.drawn < search.max_iter and bool(search.needed > search.drawn):
-                search._rounds(1)
+                search._rounds()
             else:
                 return search.result().on_host()
 
