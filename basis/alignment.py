@@ -7,11 +7,11 @@ Algorithm 2's global transform T_G.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from basis.errors import InputError
@@ -533,7 +533,7 @@ class RansacSearch:
         while len(blocks) < count and drawn < self.max_iter:
             blocks.append(min(self.n_iter, self.max_iter - drawn))
             drawn += blocks[-1]
-        ends = np.cumsum(blocks).tolist()
+        ends = list(itertools.accumulate(blocks))
         spans = list(zip([0, *ends], ends))
         batched = len(blocks) > 1
         generator_state = self.generator.get_state() if batched else None
@@ -637,7 +637,7 @@ class RansacSearch:
         rounds that ``confidence`` says are still needed, all at once (:meth:`_rounds`),
         until no more are needed or ``max_iter`` hypotheses are drawn. The outcome, counts
         and later draws are those of drawing one round at a time; the reads are one per
-        refit and two per batch of rounds, instead of one per round."""
+        refit and a few per batch of rounds (see :meth:`_rounds`), instead of one per round."""
         while True:
             refining, needed = torch.stack([(self.found & self.refining).double(), self.needed]).tolist()
             if refining:

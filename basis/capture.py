@@ -32,13 +32,13 @@ def _signature(inputs: Sequence[torch.Tensor]) -> Signature:
 class CapturedSegment:
     """``function(*inputs) -> tuple of tensors``, replayed from a CUDA graph.
 
-    On CUDA, the first ``warmup`` calls of each input signature (shapes,
-    dtypes, device) run eagerly, so that libraries set up their handles and workspaces;
-    the next one records the function into a CUDA graph over input buffers of its own,
-    and every later call copies its inputs into those buffers, replays the graph on the
-    current stream and returns copies of the outputs (the next replay overwrites the
-    graph's own). Elsewhere, or for a function that cannot be captured (it reads the
-    device on the host), every call runs the function: :attr:`failure` then says why.
+    On CUDA, the first ``warmup`` calls of each input signature (shapes, dtypes, device)
+    run eagerly, so that libraries set up their handles and workspaces; the next one
+    records the function into a CUDA graph over input buffers of its own, and every later
+    call copies its inputs into those buffers, replays the graph on the current stream and
+    returns copies of the outputs (the next replay overwrites the graph's own). Elsewhere,
+    or for a function that cannot be captured (it reads the device on the host), every
+    call runs the function: :attr:`failure` then says why.
 
     The function must be pure in its tensor inputs: anything else it reads (a network's
     weights, the optimiser's state) must live at the same address for the graph's life.
