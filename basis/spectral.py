@@ -307,7 +307,9 @@ class SubspaceEigensolver:
         self.seed = seed
         self.start: torch.Tensor | None = None
         self.cut: torch.Tensor | None = None
-        self._filtered = CapturedSegment(self._filtered_block) if capture else self._filtered_block
+        #: What computes the filtered block: :meth:`_filtered_block`, or its CUDA-graph
+        #: replay with ``capture`` (which BASiS reports among its captured segments).
+        self.filtered = CapturedSegment(self._filtered_block) if capture else self._filtered_block
 
     def solve(
         self, matrix: torch.Tensor, upper: float | torch.Tensor
@@ -325,7 +327,7 @@ class SubspaceEigensolver:
         # The damped interval must not be empty (no host value is read, nor one copied over).
         cut = self.cut.clamp(max=0.9 * upper) if isinstance(upper, float) else torch.minimum(self.cut, 0.9 * upper)
         half_width, centre = (upper - cut) / 2, (upper + cut) / 2
-        X, projected = self._filtered(matrix, self.start, centre, half_width)
+        X, projected = self.filtered(matrix, self.start, centre, half_width)
         theta, rotation = torch.linalg.eigh(projected)
         X = X @ rotation
         wanted = X[:, : self.n_eig]

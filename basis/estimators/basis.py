@@ -320,7 +320,7 @@ class BASiS(SpectralEstimator):
         says how often it was replayed, or why it could not be captured."""
         segments = {
             "graph": self._batch_graph,
-            "filter": getattr(self.subspace_solver_, "_filtered", None),
+            "filter": getattr(self.subspace_solver_, "filtered", None),
             "gradient": self._gradient_step,
         }
         return {name: segment for name, segment in segments.items() if isinstance(segment, CapturedSegment)}
