@@ -388,7 +388,8 @@ class RansacSearch:
     read per refit or round. Hypotheses are drawn from ``generator`` on the anchors'
     device, in the same order as :func:`ransac_affine` always drew them. With
     ``batch_rounds`` (the default on CUDA), :meth:`settle` draws the rounds still needed
-    all at once, with the same outcome and a few reads in all.
+    all at once, with the same inliers, counts and later draws (the maps equal to rounding:
+    the adopted ones are fitted as one batch) and a few reads in all.
     """
 
     def __init__(
@@ -522,19 +523,20 @@ class RansacSearch:
 
         One round reads nothing: its best map is fitted whether or not it is adopted, and
         its refits, where due, are left to :meth:`settle`. Several rounds are drawn at once
-        (one batched fit of every sample) and advance the search exactly as one round at a
-        time would: each round's best hypothesis against the best so far, the adopted ones
+        (one batched fit of every sample) and advance the search as one round at a time
+        would, its maps to rounding: each round's best hypothesis against the best so far, the adopted ones
         refitted until their inliers settle, and the hypotheses needed updated after each
         round; the search stops at the first round after which no more were needed, and the
         generator is rewound to just after it, so that later draws are those of the
-        round-by-round search. That reads which rounds adopted a new best (once), their
-        refit checks (once per refit, for all of them) and where to stop (once)."""
+        round-by-round search. The rounds are scored as one tensor whatever their number,
+        and the adopted maps fitted and refitted as one batch. That reads which rounds
+        adopted a new best (once), their refit checks (once per refit, for all of them) and
+        where to stop (once)."""
         blocks, drawn = [], self.drawn
         while len(blocks) < count and drawn < self.max_iter:
             blocks.append(min(self.n_iter, self.max_iter - drawn))
             drawn += blocks[-1]
         ends = list(itertools.accumulate(blocks))
-        spans = list(zip([0, *ends], ends))
         batched = len(blocks) > 1
         generator_state = self.generator.get_state() if batched else None
         samples = torch.cat([self._draw(block) for block in blocks])
@@ -544,68 +546,87 @@ class RansacSearch:
         is_inlier = (errors < self.threshold) & ~blown_up.unsqueeze(1)
         counts = is_inlier.sum(dim=1)
         inlier_error = torch.where(is_inlier, errors, torch.zeros_like(errors)).sum(dim=1)
-        full_rank = ranks >= self.anchor_rank
-        rejected = self.rejected + torch.stack([blown_up[a:b].sum() for a, b in spans]).cumsum(0)
-        full_ranks = self.full_rank + torch.stack([full_rank[a:b].sum() for a, b in spans]).cumsum(0)
-        # Each round's best (most inliers, then smallest summed inlier error), whether it
-        # beats the best before it, and whether it has a consensus.
-        best_count, best_error, adopt, bests, tops = self.best_count, self.best_error, [], [], []
-        for a, b in spans:
-            top = torch.argmax(counts[a:b] * (1.0 + inlier_error[a:b].max()) - inlier_error[a:b]).unsqueeze(0) + a
-            count, error = counts.index_select(0, top).squeeze(0), inlier_error.index_select(0, top).squeeze(0)
-            better = (count > best_count) | ((count == best_count) & (error < best_error))
-            best_count, best_error = torch.where(better, count, best_count), torch.where(better, error, best_error)
-            adopt.append(better & (count >= self.consensus))
-            bests.append((best_count, best_error))
-            tops.append(is_inlier.index_select(0, top).squeeze(0))
-        # The adopted rounds' best maps, refitted until their inliers settle (one read for
-        # all of them per refit; each map is fitted on its own, as one round at a time did).
-        if batched:
-            adopted = [r for r, flag in enumerate(torch.stack(adopt).tolist()) if flag]
-        else:  # one round: its map is fitted whether or not it is adopted (no read)
-            adopted = list(range(len(blocks)))
-        chains = {}
-        for r in adopted:
-            first_fit, refits = self._fit(tops[r])[0], torch.ones_like(self.refits)
-            candidate, due = self._check(first_fit, tops[r], refits)
-            chains[r] = (first_fit, tops[r], refits, candidate, due & adopt[r])
-        while batched and chains:
-            due = [r for r, flag in zip(chains, torch.stack([c[4] for c in chains.values()]).tolist()) if flag]
-            if not due:
-                break
-            for r in due:
-                chains[r] = self._refit(*chains[r])
-        # The search's state after each round, and whether it would have stopped there.
+        rejected = self.rejected + self._by_round(blown_up.long(), 0).sum(dim=1).cumsum(0)
+        full_ranks = self.full_rank + self._by_round((ranks >= self.anchor_rank).long(), 0).sum(dim=1).cumsum(0)
+        # Each round's best (most inliers, then smallest summed inlier error); a padded
+        # slot of a short last round scores below any hypothesis.
+        round_counts, round_errors = self._by_round(counts, -1), self._by_round(inlier_error, 0.0)
+        scores = round_counts * (1.0 + round_errors.max(dim=1, keepdim=True).values) - round_errors
+        tops = scores.argmax(dim=1) + torch.arange(len(blocks), device=counts.device) * self.n_iter
+        best_count, best_error, adopt = self._running_best(
+            counts.index_select(0, tops), inlier_error.index_select(0, tops)
+        )
+        top_inliers = is_inlier.index_select(0, tops)
+        found = self.found | (adopt.cumsum(0) > 0)
         current = (self.transform, self.inliers, self.refits, self.candidate, self.refining)
-        found, states, stops = self.found, [], []
-        for r, (best_count, best_error) in enumerate(bests):
-            if r in chains:
-                current = tuple(torch.where(adopt[r], new, old) for new, old in zip(chains[r], current))
-                found = found | adopt[r]
-            needed = self._needed(found, current[1], best_count, full_ranks[r], self.drawn + ends[r])
-            states.append((*current, found, best_count, best_error, rejected[r], full_ranks[r], needed))
-            stops.append(~(needed > self.drawn + ends[r]) if batched else None)
-        last = len(blocks) - 1
         if batched:
-            stops = torch.stack(stops)
-            last = int(torch.where(stops.any(), stops.long().argmax(), last))
+            # The adopted rounds' best maps, fitted as one batch and refitted until their
+            # inliers settle (one read for all of them per refit).
+            adopted = [r for r, flag in enumerate(adopt.tolist()) if flag]
+            chain = self._first_fits(torch.stack([top_inliers[r] for r in adopted])) if adopted else None
+            while chain is not None and any(chain[4].tolist()):
+                chain = self._refit(*chain)
+            # The search's state after each round: the latest adopted chain, if any.
+            latest = [max((i for i, a in enumerate(adopted) if a <= r), default=None) for r in range(len(blocks))]
+            inlier_counts = chain[1].sum(dim=1).unbind() if chain is not None else ()
+            before = self.inliers.sum()
+            drawn_after = self.drawn + torch.arange(1, len(blocks) + 1, device=counts.device).mul(self.n_iter).clamp(
+                max=self.max_iter - self.drawn
+            )
+            needed = self._needed(
+                found,
+                torch.stack([before if i is None else inlier_counts[i] for i in latest]),
+                best_count,
+                full_ranks,
+                drawn_after,
+            )
+            stops = ~(needed > drawn_after)
+            last = int(torch.where(stops.any(), stops.long().argmax(), len(blocks) - 1))
             self.generator.set_state(generator_state)
             for block in blocks[: last + 1]:  # the draws of the rounds kept, and no more
                 torch.rand(block, self.n_anchors, generator=self.generator, device=self.source.device)
-        (
-            self.transform,
-            self.inliers,
-            self.refits,
-            self.candidate,
-            self.refining,
-            self.found,
-            self.best_count,
-            self.best_error,
-            self.rejected,
-            self.full_rank,
-            self.needed,
-        ) = states[last]
+            if latest[last] is not None:
+                current = tuple(part[latest[last]] for part in chain)
+        else:  # one round: its map is fitted whether or not it is adopted (no read)
+            last = 0
+            fitted = self._first_fits(top_inliers[0])
+            current = tuple(torch.where(adopt[0], new, old) for new, old in zip(fitted, current))
+        self.transform, self.inliers, self.refits, self.candidate, self.refining = current
+        self.found, self.best_count, self.best_error = found[last], best_count[last], best_error[last]
+        self.rejected, self.full_rank = rejected[last], full_ranks[last]
         self.drawn += ends[last]
+        self._update_needed()
+
+    def _by_round(self, values: torch.Tensor, fill: float) -> torch.Tensor:
+        """Per-hypothesis ``values`` as (rounds, n_iter), a short last round padded with ``fill``."""
+        rounds = -(-len(values) // self.n_iter)
+        padding = values.new_full((rounds * self.n_iter - len(values),), fill)
+        return torch.cat([values, padding]).view(rounds, self.n_iter)
+
+    def _running_best(self, counts: torch.Tensor, errors: torch.Tensor):
+        """The best score (most inliers, then smallest summed inlier error) after each round
+        whose best hypothesis scored ``counts``, ``errors``, and whether that round beat the
+        best before it with a consensus. Exact on integers and floats alike: round r's best
+        is the earliest score, among the one before the search's rounds and rounds <= r,
+        that no score among them beats (a scan of one tensor instead of a loop of rounds)."""
+        counts = torch.cat([self.best_count.view(1), counts])
+        errors = torch.cat([self.best_error.view(1), errors])
+        beats = (counts[:, None] > counts[None, :]) | (
+            (counts[:, None] == counts[None, :]) & (errors[:, None] < errors[None, :])
+        )
+        beaten = beats.long().cumsum(dim=0) > 0  # [r, k]: some score up to r beats score k
+        prefix = torch.ones_like(beaten).tril()
+        best = (prefix & ~beaten).long().argmax(dim=1)[1:]  # the earliest unbeaten score up to r
+        rounds = torch.arange(1, len(counts), device=counts.device)
+        adopt = (best == rounds) & (counts[1:] >= self.consensus)
+        return counts.index_select(0, best), errors.index_select(0, best), adopt
+
+    def _first_fits(self, inliers: torch.Tensor):
+        """The map of each best hypothesis refitted on its inliers (rows of ``inliers``), as
+        a search chain: (map, inliers, refits, the anchors within the threshold, refit due)."""
+        fits, refits = self._fit(inliers)[0], torch.ones(inliers.shape[:-1], dtype=torch.int64, device=inliers.device)
+        candidate, due = self._check(fits, inliers, refits)
+        return fits, inliers, refits, candidate, due
 
     def _rounds_at_once(self, needed: float) -> int:
         """A quarter more rounds than are needed now (the count rises when later rounds
@@ -615,17 +636,18 @@ class RansacSearch:
         per_round = self.n_iter * self.n_anchors * (self.source.shape[1] + 1) * 8
         return max(1, min(wanted, ROUND_BATCH_BYTES // per_round))
 
-    def _needed(self, found, inliers, best_count, full_rank, drawn: int) -> torch.Tensor:
+    def _needed(self, found, inlier_count, best_count, full_rank, drawn) -> torch.Tensor:
         """The hypotheses ``confidence`` needs, from the inlier ratio after local
         optimisation (the best estimate of the clean share) and the share of samples that
-        fixed the map so far; between ``n_iter`` and ``max_iter``."""
-        ratio = torch.where(found, inliers.sum(), best_count).double() / self.n_anchors
+        fixed the map so far; between ``n_iter`` and ``max_iter``. Elementwise: one value
+        per round in :meth:`_rounds`."""
+        ratio = torch.where(found, inlier_count, best_count).double() / self.n_anchors
         usable = full_rank.clamp(min=1).double() / drawn
         needed = _hypotheses_needed(ratio, self.sample_size, self.confidence, usable)
         return needed.clamp(min=self.n_iter, max=self.max_iter)
 
     def _update_needed(self) -> None:
-        self.needed = self._needed(self.found, self.inliers, self.best_count, self.full_rank, self.drawn)
+        self.needed = self._needed(self.found, self.inliers.sum(), self.best_count, self.full_rank, self.drawn)
 
     @property
     def pending(self) -> torch.Tensor:

@@ -55,7 +55,8 @@ _LEAVING_TORCH = ("numpy", "tolist", "cpu")
 
 class HostSyncCounter(TorchDispatchMode):
     """``with HostSyncCounter() as syncs: ...`` then ``syncs.counts`` (a Counter by kind),
-    ``syncs.total``, ``syncs.linalg_checks`` and ``syncs.exempt`` (see the module docs)."""
+    ``syncs.total``, ``syncs.linalg_checks`` and ``syncs.exempt`` (see the module docs), and
+    ``syncs.ops``: every op dispatched, what a CUDA host launches (views included) one by one."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -65,6 +66,7 @@ class HostSyncCounter(TorchDispatchMode):
         self._originals: dict[str, Any] = {}
         self._hooks: list[Any] = []
         self._in_host_counted_optimizer = False
+        self.ops = 0
 
     @property
     def total(self) -> int:
@@ -72,6 +74,7 @@ class HostSyncCounter(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        self.ops += 1
         if func in _LINALG_CHECKED:
             self.linalg_checks[_LINALG_CHECKED[func]] += 1
             return func(*args, **kwargs)

@@ -362,10 +362,12 @@ def test_a_search_that_needs_no_more_rounds_reads_nothing_from_the_device(rng):
 
 def test_the_rounds_a_search_still_needs_are_drawn_at_once_with_the_same_outcome(rng):
     """A search that needs many rounds (anchors from the wrong class: 18 to 50 rounds of
-    100 here) draws them in one batch and reads the device a few times, not once per round. Its map, inliers, counts
-    and the generator's later draws are bit for bit those of drawing one round at a time
-    with the same arithmetic, and within 1e-10 of the host loop it replaced
-    (tests/ransac_oracle.py)."""
+    100 here) draws them in one batch and reads the device a few times, not once per round;
+    it scores the rounds as one tensor and fits the adopted maps as one batch, so its
+    kernel launches and decompositions do not grow with the rounds. Its inliers, counts and
+    the generator's later draws are those of drawing one round at a time, its map equal to
+    rounding (a batched fit rounds its last bit differently), and within 1e-10 of the host
+    loop it replaced (tests/ransac_oracle.py)."""
     from ransac_oracle import ransac_affine_09065fe
 
     from basis.alignment import RansacSearch
@@ -395,7 +397,8 @@ def test_the_rounds_a_search_still_needs_are_drawn_at_once_with_the_same_outcome
         batched = search.result().on_host()
         rounds = single.n_hypotheses // 100
         assert rounds >= 15, rounds
-        assert torch.equal(batched.transform, single.transform) and torch.equal(batched.inliers, single.inliers)
+        assert torch.equal(batched.inliers, single.inliers)
+        assert (batched.transform - single.transform).abs().max() <= 1e-14 * single.transform.abs().max()
         counts = (batched.n_hypotheses, batched.n_rejected, batched.n_refits)
         assert counts == (single.n_hypotheses, single.n_rejected, single.n_refits)
         assert counts == (old.n_hypotheses, old.n_rejected, old.n_refits)
@@ -405,3 +408,6 @@ def test_the_rounds_a_search_still_needs_are_drawn_at_once_with_the_same_outcome
         # settle's own reads, which rounds were adopted, their refits, and where to stop;
         # one round at a time read once per round and once per refit
         assert syncs.total <= 8, (syncs.counts, rounds)
+        # one batched fit of the samples, one of the adopted maps, one per refit pass; the
+        # round-by-round scan launched about 40 ops per round (1,333 to 3,358 here)
+        assert syncs.linalg_checks["svd"] <= 4 and syncs.ops <= 700, (syncs.linalg_checks, syncs.ops, rounds)
