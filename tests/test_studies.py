@@ -49,15 +49,14 @@ def _wrong(result):
 
 
 def test_a_wrong_map_fails_the_figure_2_and_3_claims(monkeypatch):
-    from basis.studies import consistency as consistency_module
-    from basis.studies import illustration as illustration_module
+    from basis import alignment
 
     right, _ = anchor_consistency(n_samples=3000, n_batches=6, batch_size=200)
     assert right["n_disconnected_batches"] == 0 and consistency_claims({"": right})[0]["reproduced"]
-    aligned = illustration_module.align_affine
-    monkeypatch.setattr(illustration_module, "align_affine", lambda *a, **k: _wrong(aligned(*a, **k)))
-    ransac = consistency_module.ransac_affine
-    monkeypatch.setattr(consistency_module, "ransac_affine", lambda *a, **k: _wrong(ransac(*a, **k)))
+    # the studies import their maps when they run (see basis.studies), so patch them at the source
+    aligned, ransac = alignment.align_affine, alignment.ransac_affine
+    monkeypatch.setattr(alignment, "align_affine", lambda *a, **k: _wrong(aligned(*a, **k)))
+    monkeypatch.setattr(alignment, "ransac_affine", lambda *a, **k: _wrong(ransac(*a, **k)))
     wrong, _ = illustration(n_per_cluster=100, seed=0)
     assert not illustration_claims({"": wrong})[0]["reproduced"]
     wrong, _ = anchor_consistency(n_samples=3000, n_batches=6, batch_size=200)
@@ -289,3 +288,21 @@ def test_centre_aspect_is_one_for_an_even_triangle_and_grows_as_classes_line_up(
     squeezed = spread * [1.0, 0.05]  # what an affine T_G onto nearly collinear centres does
     assert centre_aspect(squeezed, labels) == pytest.approx(20.0, rel=0.01)
     assert centre_aspect(spread @ [[2.0, 1.0], [-1.0, 2.0]], labels) == pytest.approx(1.0, abs=0.01)  # rotation, scale
+
+
+def test_drawing_a_figure_imports_neither_torch_nor_scikit_learn():
+    """A figure is a workflow job of its own: loading its draw function (what ``python -m
+    basis figure`` does) must not pay torch's and scikit-learn's start-up, about 3 s of the
+    4 s each figure job spent importing before the study modules imported lazily."""
+    from basis.catalog import study_declaration, study_names
+
+    figures = [(study, f.name) for study in study_names() for f in study_declaration(study).figures]
+    assert len(figures) >= 8, figures
+    probe = (
+        "import sys\nfrom basis.studies import study_function\n"
+        "for study, figure in {figures!r}:\n    study_function(study, figure=figure)\n"
+        "print(sorted(name for name in ('torch', 'sklearn', 'scipy') if name in sys.modules))"
+    ).format(figures=figures)
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]", done.stdout

@@ -18,6 +18,11 @@ module here plus one section under ``experiments`` in the config: the workflow g
 rule, its figures and its comparison rows. Table 1, the kNN sweep (Fig. 5) and the
 alignment ablation are runs of the methods (``python -m basis run``) instead.
 
+Each figure is drawn by a job of its own from the study's saved arrays, so a study module
+imports at its top only what drawing needs (numpy, and matplotlib through
+:mod:`basis.figures`) and what it computes with (torch, the estimators, the metrics)
+inside its study function: a figure job does not pay torch's and scikit-learn's start-up.
+
 Study settings are keyword arguments of the study's function (the paper's values are the
 defaults); ``python -m basis study NAME`` runs one and writes ``metrics.json`` and
 ``arrays.npz``.
@@ -84,7 +89,8 @@ class Study:
 
 
 def study_module(name: str) -> ModuleType:
-    """The module of study ``name`` (importing it imports what the study computes with)."""
+    """The module of study ``name`` (importing it imports what drawing needs, not what the
+    study computes with)."""
     module = import_module(f"{__name__}.{name}")
     if not isinstance(getattr(module, "STUDY", None), Study):
         raise LookupError(f"{module.__name__} declares no STUDY")

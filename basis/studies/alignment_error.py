@@ -17,16 +17,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from basis.alignment import align_affine, apply_affine
-from basis.device import resolve_device
 from basis.errors import InputError
 from basis.figures import load_study, plt, save_figure
-from basis.graph import GraphConfig, dense_affinity
-from basis.protocols import study_protocol
-from basis.spectral import spectral_embedding
 from basis.studies import ClaimRow, Figure, Study, StudyResult
+
+# What the study computes with is imported where it computes: drawing its figures (a
+# workflow job of its own) imports numpy and matplotlib only.
 
 
 def eigengaps(eigenvalues: np.ndarray, n_components: int) -> np.ndarray:
@@ -70,6 +67,14 @@ def alignment_error(
     slope of log error against log 1 / gap over all pairs and eigenvectors (Davis-Kahan:
     slope at most 1, the bound being linear).
     """
+    import torch
+
+    from basis.alignment import align_affine, apply_affine
+    from basis.device import resolve_device
+    from basis.graph import GraphConfig, dense_affinity
+    from basis.protocols import study_protocol
+    from basis.spectral import spectral_embedding
+
     del callback  # no training to report
     device = resolve_device(device)  # graphs, eigensolves and fits run there
     batch_sizes = batch_sizes or [256, 512, 1024]

@@ -7,13 +7,11 @@ from pathlib import Path
 
 import numpy as np
 
-from basis import metrics
-from basis.bunny import circular_correlation
-from basis.data import load_bunny
-from basis.estimators import BASiS
 from basis.figures import load_study, plt, save_figure
-from basis.references import analytic_embedding
 from basis.studies import ClaimRow, Figure, Study, StudyResult
+
+# What the study computes with is imported where it computes: drawing its figures (a
+# workflow job of its own) imports numpy and matplotlib only.
 
 
 def bunny_diffusion_maps(
@@ -41,6 +39,12 @@ def bunny_diffusion_maps(
     DM; the circular correlation compares each embedding's angle with the true
     rotation (rendered frames only; NaN for real ones, whose angles are unknown).
     """
+    from basis import metrics
+    from basis.bunny import circular_correlation
+    from basis.data import load_bunny
+    from basis.estimators import BASiS
+    from basis.references import analytic_embedding
+
     data = load_bunny(n_frames=n_frames, n_test=n_test, resolution=resolution, frames_dir=frames_dir, seed=data_seed)
     X_train, X_test = data.flat()
     settings = {

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
-from basis.alignment import apply_affine, ransac_affine
 from basis.figures import CLUSTER_COLOURS, load_study, plt, save_figure
-from basis.graph import GraphConfig, dense_affinity
-from basis.spectral import connected_components, spectral_embedding
 from basis.studies import ClaimRow, Figure, Study, StudyResult
-from basis.toy import TOY_GRAPH, three_moons, three_moons_anchors
+
+if TYPE_CHECKING:
+    from basis.graph import GraphConfig
+
+# What the study computes with is imported where it computes: drawing its figures (a
+# workflow job of its own) imports numpy and matplotlib only.
 
 
 def anchor_spread(
@@ -39,6 +40,12 @@ def anchor_spread(
     map is fitted on them; the held-out nodes, in every batch but not in the fit, show
     whether the aligned eigenvectors agree beyond the anchors.
     """
+    import torch
+
+    from basis.alignment import apply_affine, ransac_affine
+    from basis.graph import GraphConfig, dense_affinity
+    from basis.spectral import connected_components, spectral_embedding
+
     config = GraphConfig.from_dict(graph)
     rng = np.random.default_rng(seed)
     held_out = rng.choice(np.setdiff1d(np.arange(len(X)), anchors), n_held_out, replace=False)
@@ -95,6 +102,8 @@ def anchor_consistency(
     split into the three moons, whose eigenvectors are then constant on each moon, and a
     wrong map would look right beyond the anchors); ``n_disconnected_batches`` counts
     those that are not."""
+    from basis.toy import TOY_GRAPH, three_moons, three_moons_anchors
+
     X, y = three_moons(n_per_moon=n_samples // 3, seed=data_seed)
     anchors = three_moons_anchors(X, y)
     spread = anchor_spread(

@@ -8,11 +8,12 @@ from typing import Any
 
 import numpy as np
 
-from basis.data import load_dataset
 from basis.errors import InputError
-from basis.feature_change import FeatureChangeTrainer, centre_aspect, snapshot_arrays, summarize
 from basis.figures import CLUSTER_COLOURS, load_study, plt, save_figure
 from basis.studies import ClaimRow, Figure, Study, StudyResult
+
+# What the study computes with is imported where it computes: drawing its figures (a
+# workflow job of its own) imports numpy and matplotlib only.
 
 
 def feature_change(
@@ -31,6 +32,9 @@ def feature_change(
     ``classes`` (the paper's 2-D run: digits 4, 7 and 9). ``n_components`` defaults to
     classes - 1 (paper: 9 for MNIST, 2 for 4/7/9); ``settings`` go to
     :class:`~basis.feature_change.FeatureChangeTrainer`."""
+    from basis.data import load_dataset
+    from basis.feature_change import FeatureChangeTrainer, centre_aspect, snapshot_arrays, summarize
+
     data = load_dataset(dataset, seed=data_seed, root=data_root)
     if not data.is_image:
         raise InputError(f"data set {dataset!r} has no images; feature change needs an image set or digits")

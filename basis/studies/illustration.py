@@ -5,14 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from basis.alignment import align_affine, apply_affine
 from basis.errors import InputError
 from basis.figures import CLUSTER_COLOURS, load_study, plt, save_figure
-from basis.graph import GraphConfig, dense_affinity
-from basis.spectral import connected_components, spectral_embedding
 from basis.studies import ClaimRow, Figure, Study, StudyResult
+
+# What the study computes with is imported where it computes: drawing its figures (a
+# workflow job of its own) imports numpy and matplotlib only.
 
 
 def illustration(
@@ -35,6 +34,12 @@ def illustration(
     is connected (``n_components`` counts its components): on separated clusters every
     point of a cluster sits on its anchor's value, and any map that is right at the
     anchors looks right everywhere."""
+    import torch
+
+    from basis.alignment import align_affine, apply_affine
+    from basis.graph import GraphConfig, dense_affinity
+    from basis.spectral import connected_components, spectral_embedding
+
     shares = ((0.6, 0.3, 0.15), (0.15, 0.35, 0.6))  # uneven sampling of the clusters
     smallest = int(min(min(s) for s in shares) * n_per_cluster) + 1 + shared_per_cluster
     if smallest <= n_neighbors:

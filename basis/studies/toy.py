@@ -6,18 +6,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from basis import metrics
 from basis.errors import InputError
-from basis.estimators import BASiS
 from basis.figures import CLUSTER_COLOURS, load_study, plt, save_figure
-from basis.graph import GraphConfig, dense_affinity
-from basis.protocols import toy_protocol
-from basis.references import analytic_embedding
-from basis.spectral import spectral_embedding
 from basis.studies import ClaimRow, Figure, Study, StudyResult
-from basis.toy import TOY_SETS
+
+# What the study computes with is imported where it computes: drawing its figures (a
+# workflow job of its own) imports numpy and matplotlib only.
 
 
 def toy_example(
@@ -44,6 +39,12 @@ def toy_example(
     middle along x, like the authors' hand-placed moons anchors) added to every batch of
     ``batch_size`` nodes, RANSAC with 5 anchors and absolute tolerance 0.01.
     """
+    from basis import metrics
+    from basis.estimators import BASiS
+    from basis.protocols import toy_protocol
+    from basis.references import analytic_embedding
+    from basis.toy import TOY_SETS
+
     if dataset not in TOY_SETS:
         raise InputError(f"unknown toy set {dataset!r}; valid: {sorted(TOY_SETS)}")
     data, options, graph_settings = toy_protocol(
@@ -87,6 +88,12 @@ def batch_embedding_nmi(
 ) -> float:
     """Mean NMI of K-means on the analytic embedding (L = D - W, trivial vector dropped)
     of random batches: what a batch can express at all, whatever the network learns."""
+    import torch
+
+    from basis import metrics
+    from basis.graph import GraphConfig, dense_affinity
+    from basis.spectral import spectral_embedding
+
     rng = np.random.default_rng(seed)
     config, scores = GraphConfig.from_dict(graph), []
     for _ in range(n_batches):

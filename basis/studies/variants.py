@@ -18,14 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from basis import metrics
 from basis.errors import InputError
-from basis.estimators import BASiS
 from basis.figures import load_study, plt, save_figure
-from basis.protocols import study_protocol
-from basis.references import analytic_embedding
 from basis.studies import ClaimRow, Figure, Study, StudyResult
-from basis.timing import Progress
+
+# What the study computes with is imported where it computes: drawing its figures (a
+# workflow job of its own) imports numpy and matplotlib only.
 
 #: Variant name -> the BASiS options it sets (see the class's parameters).
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -65,6 +63,12 @@ def basis_variants(
     the change of the mean against the paper's BASiS (``<variant>/d_G_change``, a
     fraction); arrays: every seed's value.
     """
+    from basis import metrics
+    from basis.estimators import BASiS
+    from basis.protocols import study_protocol
+    from basis.references import analytic_embedding
+    from basis.timing import Progress
+
     variants = variants or list(VARIANTS)
     unknown = sorted(set(variants) - set(VARIANTS))
     if unknown:
