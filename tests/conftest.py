@@ -25,6 +25,17 @@ def pytest_configure(config):
     limit_threads(len(share))
 
 
+#: The modules that take longest (a tiny workflow in the set-up of the first, full training
+#: budgets in the second), collected first so that under pytest-xdist they start at once
+#: instead of ending the suite; the order of the tests within a module is kept.
+LONG_MODULES = ("test_workflow_e2e.py", "test_methods_two_moons.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: position for position, name in enumerate(LONG_MODULES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONG_MODULES)))  # stable: keeps each module's order
+
+
 @pytest.fixture(autouse=True)
 def _quiet_threads():
     torch.manual_seed(0)
