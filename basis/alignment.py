@@ -7,6 +7,7 @@ Algorithm 2's global transform T_G.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import logging
 import math
@@ -524,9 +525,9 @@ class RansacSearch:
         One round reads nothing: its best map is fitted whether or not it is adopted, and
         its refits, where due, are left to :meth:`settle`. Several rounds are drawn at once
         (one batched fit of every sample) and advance the search as one round at a time
-        would, its maps to rounding: each round's best hypothesis against the best so far, the adopted ones
-        refitted until their inliers settle, and the hypotheses needed updated after each
-        round; the search stops at the first round after which no more were needed, and the
+        would, its maps to rounding: each round's best hypothesis against the best so far,
+        the adopted ones refitted until their inliers settle, and the hypotheses needed
+        updated after each round; the search stops at the first round after which no more were needed, and the
         generator is rewound to just after it, so that later draws are those of the
         round-by-round search. The rounds are scored as one tensor whatever their number,
         and the adopted maps fitted and refitted as one batch. That reads which rounds
@@ -567,7 +568,7 @@ class RansacSearch:
             while chain is not None and any(chain[4].tolist()):
                 chain = self._refit(*chain)
             # The search's state after each round: the latest adopted chain, if any.
-            latest = [max((i for i, a in enumerate(adopted) if a <= r), default=None) for r in range(len(blocks))]
+            latest = [bisect.bisect_right(adopted, r) - 1 for r in range(len(blocks))]  # -1: none yet
             inlier_counts = chain[1].sum(dim=1).unbind() if chain is not None else ()
             before = self.inliers.sum()
             drawn_after = self.drawn + torch.arange(1, len(blocks) + 1, device=counts.device).mul(self.n_iter).clamp(
@@ -575,7 +576,7 @@ class RansacSearch:
             )
             needed = self._needed(
                 found,
-                torch.stack([before if i is None else inlier_counts[i] for i in latest]),
+                torch.stack([before if i < 0 else inlier_counts[i] for i in latest]),
                 best_count,
                 full_ranks,
                 drawn_after,
@@ -585,7 +586,7 @@ class RansacSearch:
             self.generator.set_state(generator_state)
             for block in blocks[: last + 1]:  # the draws of the rounds kept, and no more
                 torch.rand(block, self.n_anchors, generator=self.generator, device=self.source.device)
-            if latest[last] is not None:
+            if latest[last] >= 0:
                 current = tuple(part[latest[last]] for part in chain)
         else:  # one round: its map is fitted whether or not it is adopted (no read)
             last = 0
@@ -595,6 +596,8 @@ class RansacSearch:
         self.found, self.best_count, self.best_error = found[last], best_count[last], best_error[last]
         self.rejected, self.full_rank = rejected[last], full_ranks[last]
         self.drawn += ends[last]
+        # The kept round's count again, on 0-dim tensors as one round at a time computes it
+        # (a vector's kernels may round the logarithm differently).
         self._update_needed()
 
     def _by_round(self, values: torch.Tensor, fill: float) -> torch.Tensor:
