@@ -84,19 +84,25 @@ def store_identity(store: str | Path = DEFAULT_STORE) -> str | None:
     """Which local store this is (the creation time of its first experiment), read with
     sqlite3 in read-only mode, without MLflow; None when there is no local store (or runs
     go to a server, whose identity is its URI)."""
-    import sqlite3
-
     if os.environ.get("MLFLOW_TRACKING_URI"):
         return os.environ["MLFLOW_TRACKING_URI"]
+    created = _read_local_store(store, "SELECT MIN(creation_time) FROM experiments")
+    return None if created is None else str(created)
+
+
+def _read_local_store(store: str | Path, query: str) -> Any:
+    """The first column of ``query``'s first row in the local SQLite store, read with sqlite3
+    in read-only mode (no MLflow import); None when there is no store or it cannot be read."""
+    import sqlite3
+
     database = Path(store) / "mlflow.db"
     if not database.is_file():
         return None
     try:
         with sqlite3.connect(f"{database.resolve().as_uri()}?mode=ro", uri=True) as connection:
-            (created,) = connection.execute("SELECT MIN(creation_time) FROM experiments").fetchone()
+            return connection.execute(query).fetchone()[0]
     except sqlite3.Error:
         return None
-    return None if created is None else str(created)
 
 
 def config_hash(section: Any) -> str:
@@ -390,8 +396,13 @@ def close_stale_runs(
     KILLED; returns how many. Live runs, and runs whose process cannot be checked (another
     host, no process tags), are left alone, so this is safe beside a running workflow.
     ``key`` restricts it to the runs of one job."""
-    if not os.environ.get("MLFLOW_TRACKING_URI") and not (Path(store) / "mlflow.db").exists():
-        return 0
+    if not os.environ.get("MLFLOW_TRACKING_URI"):
+        if not (Path(store) / "mlflow.db").exists():
+            return 0
+        # Every workflow invocation starts here: a store with no RUNNING run at all (the
+        # usual case) is told by one read-only query, without MLflow's 2 s import.
+        if _read_local_store(store, "SELECT COUNT(*) FROM runs WHERE status = 'RUNNING'") == 0:
+            return 0
     mlflow_client = client(store)
     experiment_ids = experiment_ids or [e.experiment_id for e in mlflow_client.search_experiments()]
     if not experiment_ids:

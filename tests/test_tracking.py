@@ -72,6 +72,25 @@ def test_a_run_whose_process_cannot_be_checked_is_never_taken_for_dead():
     assert tracking.process_is_gone({**alive, "basis.pid": str(child.pid)})
 
 
+def test_a_store_without_running_runs_is_checked_without_importing_mlflow(tmp_path):
+    """Every workflow invocation closes stale runs first; where no run is RUNNING (the usual
+    case) that takes one read-only query, not MLflow's import (about 2 s per invocation).
+    A store with a RUNNING run still goes through MLflow (the test above)."""
+    store = tmp_path / "mlflow"
+    with tracking.tracked_run("exp", "done", {"rule": "r", "seed": "0"}, store=store):
+        pass
+    probe = (
+        "import sys\nfrom basis.tracking import close_stale_runs\n"
+        "print(close_stale_runs(sys.argv[1]), 'mlflow' in sys.modules)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    done = subprocess.run(
+        [sys.executable, "-c", probe, str(store)], capture_output=True, text=True, env=env, timeout=HANG_GUARD_S
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["0", "False"], done.stdout
+
+
 def test_a_quote_in_a_tag_is_safe_and_supersedes_only_its_own_job(tmp_path):
     store = tmp_path / "mlflow"
     tags = {"rule": "r", "dataset": "it's", "seed": "0"}
