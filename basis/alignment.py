@@ -527,9 +527,9 @@ class RansacSearch:
         (one batched fit of every sample) and advance the search as one round at a time
         would, its maps to rounding: each round's best hypothesis against the best so far,
         the adopted ones refitted until their inliers settle, and the hypotheses needed
-        updated after each round; the search stops at the first round after which no more were needed, and the
-        generator is rewound to just after it, so that later draws are those of the
-        round-by-round search. The rounds are scored as one tensor whatever their number,
+        updated after each round; the search stops at the first round after which no more
+        were needed, and the generator is rewound to just after it, so that later draws are
+        those of the round-by-round search. The rounds are scored as one tensor whatever their number,
         and the adopted maps fitted and refitted as one batch. That reads which rounds
         adopted a new best (once), their refit checks (once per refit, for all of them) and
         where to stop (once)."""
@@ -571,6 +571,7 @@ class RansacSearch:
             latest = [bisect.bisect_right(adopted, r) - 1 for r in range(len(blocks))]  # -1: none yet
             inlier_counts = chain[1].sum(dim=1).unbind() if chain is not None else ()
             before = self.inliers.sum()
+            # self.drawn + ends, made on the device (a list copied from the host would wait)
             drawn_after = self.drawn + torch.arange(1, len(blocks) + 1, device=counts.device).mul(self.n_iter).clamp(
                 max=self.max_iter - self.drawn
             )
