@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from basis.capture import checked
 from basis.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -126,7 +127,8 @@ def _solves(
         column_scale = torch.linalg.norm(design, dim=-2, keepdim=True)
     column_scale = column_scale.double()
     column_scale = torch.where(column_scale > 0, column_scale, torch.ones_like(column_scale))
-    U, S, Vh = torch.linalg.svd(design / column_scale, full_matrices=False)
+    # checked: where a recorded chain of CUDA graphs splits (basis.capture)
+    U, S, Vh = checked(torch.linalg.svd, design / column_scale, full_matrices=False)
     projected = U.transpose(-1, -2) @ target
     solutions = []
     for rcond in rconds:
@@ -387,7 +389,11 @@ class RansacSearch:
     reads (BASiS reads it with the step's diagnostics, in one transfer) and calls
     :meth:`settle` only when it is true; :meth:`settle` finishes the search on the host, one
     read per refit or round. Hypotheses are drawn from ``generator`` on the anchors'
-    device, in the same order as :func:`ransac_affine` always drew them. With
+    device, in the same order as :func:`ransac_affine` always drew them; the first round's
+    uniform noise can be drawn beforehand (:meth:`first_noise`) and passed as
+    ``first_draw``, so that the first round is a pure function of its tensors (which a
+    CUDA graph can record), and a first round computed that way resumes from its
+    :meth:`state` (``state``). With
     ``batch_rounds`` (the default on CUDA), :meth:`settle` draws the rounds still needed
     all at once, with the same inliers, counts and later draws (the maps equal to rounding:
     the adopted ones are fitted as one batch) and a few reads in all.
@@ -409,6 +415,8 @@ class RansacSearch:
         generator: torch.Generator | None = None,
         linear: bool = False,
         batch_rounds: bool | None = None,
+        first_draw: torch.Tensor | None = None,
+        state: tuple[torch.Tensor, ...] | None = None,
     ):
         _check_anchors(source, target, linear)
         n_anchors, dim = source.shape
@@ -434,9 +442,20 @@ class RansacSearch:
         # Rounds at once where a read is a wait for the device; one at a time on the host,
         # where it costs nothing and a round's tensors stay in cache (the outcome is the same).
         self.batch_rounds = device.type == "cuda" if batch_rounds is None else batch_rounds
+        if first_draw is not None and first_draw.shape != (n_iter, n_anchors):
+            raise InputError(f"first_draw must have shape {(n_iter, n_anchors)}, got {tuple(first_draw.shape)}")
+        # A map is supported only by more anchors than fix it, and at least by its own sample:
+        # K+1 inliers of an exact fit through K+1 anchors are no evidence at all.
+        self.consensus = min(n_anchors, max(sample_size, minimal + 1))
+        if state is not None:  # a first round computed elsewhere (e.g. replayed from a CUDA graph)
+            if len(state) != len(self.STATE):
+                raise InputError(f"a RANSAC state has {len(self.STATE)} tensors, got {len(state)}")
+            self.__dict__.update(zip(self.STATE, state))
+            self.drawn = n_iter
+            return
         target_rms = rms_row_norm(self.target)
-        self.threshold = (
-            torch.tensor(tolerance, dtype=torch.float64, device=device)
+        self.threshold = (  # a fill, not a host-to-device copy, which a CUDA graph cannot hold
+            torch.full((), tolerance, dtype=torch.float64, device=device)
             if tolerance_mode == "absolute"
             else tolerance * target_rms
         )
@@ -444,9 +463,6 @@ class RansacSearch:
         # Every fit measures a column by its scale over all anchors, shrunk to the fit's size.
         centred = self.source if linear else self.source - self.source.mean(dim=0)
         self.anchor_scale = torch.linalg.norm(centred, dim=0, keepdim=True) / math.sqrt(n_anchors)
-        # A map is supported only by more anchors than fix it, and at least by its own sample:
-        # K+1 inliers of an exact fit through K+1 anchors are no evidence at all.
-        self.consensus = min(n_anchors, max(sample_size, minimal + 1))
         # One SVD of all anchors gives their rank at the noise tolerance (a sample is usable
         # when it fixes as much of the map as all anchors do) and the fallback: the exact
         # least-squares map on all anchors (affine_least_squares's defaults).
@@ -467,7 +483,37 @@ class RansacSearch:
         self.candidate = self.inliers  # the anchors within the threshold under the best map
         self.refining = torch.zeros((), dtype=torch.bool, device=device)  # a refit on them is due
         self.needed = torch.zeros((), dtype=torch.float64, device=device)
-        self._rounds()
+        self._rounds(first_draw=first_draw)
+
+    #: The tensors the search's state consists of after its first round (:meth:`state`).
+    STATE = (
+        "threshold",
+        "target_rms",
+        "anchor_scale",
+        "anchor_rank",
+        "fallback_transform",
+        "rejected",
+        "full_rank",
+        "best_count",
+        "best_error",
+        "found",
+        "transform",
+        "inliers",
+        "refits",
+        "candidate",
+        "refining",
+        "needed",
+    )
+
+    def state(self) -> tuple[torch.Tensor, ...]:
+        """The search's tensors, in the order of :attr:`STATE`: what ``state`` resumes from."""
+        return tuple(getattr(self, name) for name in self.STATE)
+
+    @staticmethod
+    def first_noise(n_iter: int, n_anchors: int, generator: torch.Generator, device: torch.device) -> torch.Tensor:
+        """The first round's uniform noise, drawn from ``generator`` as the search itself would
+        draw it (pass it as ``first_draw``)."""
+        return torch.rand(n_iter, n_anchors, generator=generator, device=device)
 
     # -- fits -------------------------------------------------------------------------
     def _fit(self, weights: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -513,13 +559,14 @@ class RansacSearch:
         return transform, inliers, refits, candidate, refining & due
 
     # -- the search -------------------------------------------------------------------
-    def _draw(self, block: int) -> torch.Tensor:
-        """One round's samples: a random permutation per hypothesis, its first
-        ``sample_size`` anchors."""
-        noise = torch.rand(block, self.n_anchors, generator=self.generator, device=self.source.device)
+    def _draw(self, block: int, noise: torch.Tensor | None = None) -> torch.Tensor:
+        """One round's samples: a random permutation per hypothesis (the argsort of its
+        uniform ``noise``, drawn here unless given), its first ``sample_size`` anchors."""
+        if noise is None:
+            noise = self.first_noise(block, self.n_anchors, self.generator, self.source.device)
         return noise.argsort(dim=1)[:, : self.sample_size]
 
-    def _rounds(self, count: int = 1) -> None:
+    def _rounds(self, count: int = 1, first_draw: torch.Tensor | None = None) -> None:
         """Draw and score ``count`` rounds of ``n_iter`` hypotheses and keep the best so far.
 
         One round reads nothing: its best map is fitted whether or not it is adopted, and
@@ -540,7 +587,7 @@ class RansacSearch:
         ends = list(itertools.accumulate(blocks))
         batched = len(blocks) > 1
         generator_state = self.generator.get_state() if batched else None
-        samples = torch.cat([self._draw(block) for block in blocks])
+        samples = torch.cat([self._draw(block, first_draw) for block in blocks])
         hypotheses, ranks = self._fit_samples(samples)
         errors = _row_errors(hypotheses, self.source.unsqueeze(0), self.target.unsqueeze(0))
         blown_up = alignment_gain(hypotheses, self.source.unsqueeze(0), self.target.unsqueeze(0)) > self.max_gain

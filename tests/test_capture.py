@@ -12,7 +12,7 @@ import torch
 
 from basis import capture
 from basis.bench import clustered_data
-from basis.capture import CapturedSegment
+from basis.capture import CapturedSegment, SegmentedCapture, checked
 from basis.errors import InputError
 from basis.estimators import BASiS
 from basis.graph import GraphConfig
@@ -62,10 +62,56 @@ def test_a_segment_runs_eagerly_on_the_cpu_unless_emulated():
     assert segment.replays == 0
 
 
+def _split_twice(x, y):
+    """A function with two decompositions between three stretches of tensor work."""
+    U, S, Vh = checked(torch.linalg.svd, x + 1.0, full_matrices=False)
+    vals, vecs = checked(torch.linalg.eigh, (U * S) @ (U * S).mT + y)
+    return (vecs @ vals.diag_embed() @ vecs.mT - y, Vh.abs().sum())
+
+
+def test_a_segmented_capture_replays_around_its_decompositions():
+    segment = SegmentedCapture(_split_twice, warmup=1, emulate=True)
+    inputs = [
+        (torch.randn(5, 3, generator=torch.Generator().manual_seed(i)).double(), torch.eye(5).double() * i)
+        for i in range(4)
+    ]
+    outputs = [segment(*x) for x in inputs]
+    for (x, y), got in zip(inputs, outputs):
+        expected = _split_twice(x, y)
+        for g, e in zip(got, expected):
+            torch.testing.assert_close(g, e)
+    assert segment.replays == 3 and segment.splits == 2  # one eager call, then the recording and two replays
+    assert len({o[0].data_ptr() for o in outputs}) == 4  # each call its own copy
+
+
+def test_a_segmented_capture_refuses_a_function_whose_decompositions_change():
+    """A chain of graphs replays the recorded decompositions: a function that picks them
+    by a host value (which no graph could hold) must fail, not replay the wrong ones."""
+
+    def steered(x):
+        if float(x.sum()) > 0:
+            return (checked(torch.linalg.eigh, x @ x.mT)[0],)
+        return (checked(torch.linalg.svd, x)[1],)
+
+    segment = SegmentedCapture(steered, warmup=0, emulate=True)
+    segment(torch.ones(3, 3))
+    with pytest.raises(RuntimeError, match="decompositions changed"):
+        segment(-torch.ones(3, 3))
+
+
+def test_outside_a_recording_checked_is_a_plain_call():
+    A = torch.randn(4, 3, generator=torch.Generator().manual_seed(0)).double()
+    for got, expected in zip(
+        checked(torch.linalg.svd, A, full_matrices=False), torch.linalg.svd(A, full_matrices=False)
+    ):
+        assert torch.equal(got, expected)
+
+
 def test_the_captured_parts_read_nothing_back_to_the_host():
-    """A CUDA graph cannot hold a host read: the graph and components, the filtered block
-    and the gradient step must make none (the decompositions that check on the host,
-    eigh and svd, stay outside the segments)."""
+    """A CUDA graph cannot hold a host read: the graph and components, the filtered block,
+    RANSAC's first round with the aligned batch and the gradient step must make none;
+    the decompositions that check on the host (the first round's three SVDs) are the
+    splits between the alignment's graphs."""
     X, y = _data()
     estimator = _basis(cuda_graphs=True)
     capture_was, capture.EMULATE = capture.EMULATE, True
@@ -75,7 +121,7 @@ def test_the_captured_parts_read_nothing_back_to_the_host():
     finally:
         capture.EMULATE = capture_was
     segments = estimator.captured_segments()
-    assert set(segments) == {"graph", "filter", "gradient"}
+    assert set(segments) == {"graph", "filter", "alignment", "gradient"}
     X_batch, phi, _ = batch.content
     W, _, _ = estimator._graph_and_components(X_batch)
     solver = estimator.subspace_solver_
@@ -88,6 +134,12 @@ def test_the_captured_parts_read_nothing_back_to_the_host():
         )
         segments["gradient"].function(X_batch, phi)
     assert syncs.total == 0 and not syncs.linalg_checks, (syncs.counts, syncs.linalg_checks)
+    n_anchors = len(estimator.anchor_indices_)
+    noise = torch.rand(estimator.ransac_iter, n_anchors, generator=torch.Generator().manual_seed(0))
+    reference, clean = estimator.reference_anchor_embedding_, torch.ones(n_anchors, dtype=torch.bool)
+    with HostSyncCounter() as syncs:
+        segments["alignment"].function(phi, reference, clean, noise)
+    assert syncs.total == 0 and syncs.linalg_checks == {"svd": 3}, (syncs.counts, syncs.linalg_checks)
 
 
 def test_seeded_runs_are_the_same_with_the_parts_replayed():
@@ -102,8 +154,12 @@ def test_seeded_runs_are_the_same_with_the_parts_replayed():
     assert {name: s.replays for name, s in replayed.captured_segments().items()} == {
         "graph": 1 + 12 - 2,  # the reference batch and 12 steps' batches, less 2 eager warm-up calls
         "filter": 12 - 1 - 2,  # the first subspace solve is exact (it sets the filter's cut)
+        "alignment": 12 - 2,
         "gradient": 12 - 2,
     }
+    # RANSAC's first round is recorded as four graphs around its three SVDs: the anchors'
+    # rank and fallback, the samples' fits, the first refit
+    assert replayed.captured_segments()["alignment"].splits == 3
     assert replayed.loss_curve_ == eager.loss_curve_
     np.testing.assert_array_equal(replayed.transform(X), eager.transform(X))
 
@@ -121,7 +177,12 @@ def test_on_a_gpu_the_replayed_step_equals_the_eager_one():
     replayed = _basis(cuda_graphs=True, **settings).fit(X, y)
     eager = _basis(**settings).fit(X, y)
     segments = replayed.captured_segments()
-    assert {name: s.failure for name, s in segments.items()} == {"graph": None, "filter": None, "gradient": None}
+    assert {name: s.failure for name, s in segments.items()} == {
+        "graph": None,
+        "filter": None,
+        "alignment": None,
+        "gradient": None,
+    }
     assert min(s.replays for s in segments.values()) > 20
     np.testing.assert_allclose(replayed.loss_curve_, eager.loss_curve_, rtol=1e-6)
     np.testing.assert_allclose(replayed.transform(X), eager.transform(X), rtol=1e-5, atol=1e-6)

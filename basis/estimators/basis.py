@@ -20,7 +20,7 @@ from basis.alignment import (
     apply_affine,
     rms_row_norm,
 )
-from basis.capture import CapturedSegment
+from basis.capture import CapturedSegment, SegmentedCapture
 from basis.errors import InputError
 from basis.estimators.base import FeaturesOf, SpectralEstimator, StepTimer, register
 from basis.graph import dense_affinity
@@ -253,6 +253,7 @@ class BASiS(SpectralEstimator):
         captures = self._captures_steps()
         self.subspace_solver_ = SubspaceEigensolver(n_eig, seed=self.seed, capture=captures) if subspace else None
         self._batch_graph = CapturedSegment(self._graph_and_components) if captures else self._graph_and_components
+        self._first_alignment = SegmentedCapture(self._aligned_first_round) if captures else self._aligned_first_round
         self.reference_indices_, _, self.reference_embedding_ = self._draw_embedded_batch(
             X.shape[0], self._training_features, StepTimer(self.device_)
         )
@@ -321,9 +322,14 @@ class BASiS(SpectralEstimator):
         segments = {
             "graph": self._batch_graph,
             "filter": getattr(self.subspace_solver_, "filtered", None),
+            "alignment": self._first_alignment,
             "gradient": self._gradient_step,
         }
-        return {name: segment for name, segment in segments.items() if isinstance(segment, CapturedSegment)}
+        return {
+            name: segment
+            for name, segment in segments.items()
+            if isinstance(segment, (CapturedSegment, SegmentedCapture))
+        }
 
     def _components_allowed(self, embedded: _EmbeddedBatch) -> bool:
         """Whether the batch graph has no more components than eigenvectors (host read)."""
@@ -353,11 +359,14 @@ class BASiS(SpectralEstimator):
         self.n_fallbacks_ += int(result.fallback)
         return result
 
-    def _search(self, source: torch.Tensor, target: torch.Tensor) -> RansacSearch | None:
-        """RANSAC's search from ``source`` onto ``target`` (None for ``alignment="lstsq"``)."""
+    def _search(self, source: torch.Tensor, target: torch.Tensor, **first_round: Any) -> RansacSearch | None:
+        """RANSAC's search from ``source`` onto ``target`` (None for ``alignment="lstsq"``);
+        ``first_round``: its ``first_draw`` or ``state`` (see :class:`~basis.alignment.RansacSearch`)."""
         if self.alignment == "lstsq":
             return None
-        return RansacSearch(source, target, **self.ransac_options(), linear=self.alignment_map == "linear")
+        return RansacSearch(
+            source, target, **self.ransac_options(), linear=self.alignment_map == "linear", **first_round
+        )
 
     #: The diagnostics :meth:`align` returns, in the order of :meth:`_alignment_readings`.
     DIAGNOSTICS = ("inlier_fraction", "ransac_rejected", "aligned_norm_ratio", "alignment_error", "fallback")
@@ -369,16 +378,36 @@ class BASiS(SpectralEstimator):
         search that made it (``search``, a settled one, or a new one; None for least
         squares) and the hypotheses it drew."""
         n_anchors, reference = len(self.anchor_indices_), self.reference_anchor_embedding_
-        if search is None:
-            search = self._search(phi_batch[:n_anchors], reference)
+        if clean_slots is None:
+            clean_slots = torch.ones(n_anchors, dtype=torch.bool, device=phi_batch.device)
+        if search is None and self.alignment == "ransac":
+            noise = RansacSearch.first_noise(self.ransac_iter, n_anchors, self.ransac_generator_, phi_batch.device)
+            aligned, readings, *state = self._first_alignment(phi_batch, reference, clean_slots, noise)
+            search = self._search(phi_batch[:n_anchors], reference, state=tuple(state))
+            return aligned, readings, search, search.drawn
         if search is None:
             result = align_affine(phi_batch[:n_anchors], reference, linear=self.alignment_map == "linear")
         else:
             result = search.result()
+        return (*self._aligned(phi_batch, reference, clean_slots, result), search, result.n_hypotheses)
+
+    def _aligned_first_round(
+        self, phi_batch: torch.Tensor, reference: torch.Tensor, clean_slots: torch.Tensor, noise: torch.Tensor
+    ) -> tuple[torch.Tensor, ...]:
+        """RANSAC's first round (its uniform ``noise`` drawn beforehand) from the batch's
+        anchors onto ``reference``, the batch aligned by its map and the diagnostics, then
+        the search's state: a pure function of its tensors, which ``cuda_graphs`` records as
+        a chain of CUDA graphs split at its SVDs (:class:`~basis.capture.SegmentedCapture`)."""
+        search = self._search(phi_batch[: len(clean_slots)], reference, first_draw=noise)
+        return (*self._aligned(phi_batch, reference, clean_slots, search.result()), *search.state())
+
+    def _aligned(
+        self, phi_batch: torch.Tensor, reference: torch.Tensor, clean_slots: torch.Tensor, result: AlignmentResult
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The batch aligned by ``result``'s map, and its diagnostics as one float64 tensor."""
+        n_anchors = len(clean_slots)
         aligned = apply_affine(result.transform, phi_batch)
         misses = (aligned[:n_anchors] - reference).double().pow(2).sum(dim=1)
-        if clean_slots is None:
-            clean_slots = torch.ones(n_anchors, dtype=torch.bool, device=misses.device)
         clean = clean_slots.to(misses.dtype)
         reference_rms = rms_row_norm(reference)
         readings = torch.stack(
@@ -390,7 +419,7 @@ class BASiS(SpectralEstimator):
                 torch.as_tensor(result.fallback, device=misses.device).double(),
             ]
         )
-        return aligned, readings, search, result.n_hypotheses
+        return aligned, readings
 
     def _record_alignment(self, values: list[float], n_hypotheses: int) -> dict[str, float]:
         """The diagnostics read from :meth:`_alignment_readings`, counted and as step info."""
