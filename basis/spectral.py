@@ -21,7 +21,7 @@ import scipy.sparse.csgraph
 import scipy.sparse.linalg
 import torch
 
-from basis.capture import CapturedSegment
+from basis.capture import checked
 from basis.errors import InputError
 from basis.graph import csr_rows, csr_tensor
 from basis.settings import SPARSE_SOLVERS
@@ -196,8 +196,8 @@ def remove_trivial(vecs: torch.Tensor, trivial: torch.Tensor, apply_operator) ->
     """
     trivial = trivial / torch.linalg.norm(trivial)
     projected = vecs - trivial[:, None] * (trivial @ vecs)[None, :]
-    basis = torch.linalg.svd(projected, full_matrices=False).U[:, : vecs.shape[1] - 1]
-    vals, rotation = torch.linalg.eigh(basis.T @ apply_operator(basis))
+    basis = checked(torch.linalg.svd, projected, full_matrices=False)[0][:, : vecs.shape[1] - 1]
+    vals, rotation = checked(torch.linalg.eigh, basis.T @ apply_operator(basis))
     return vals, basis @ rotation
 
 
@@ -253,7 +253,7 @@ def embed_graph(
         vals, vecs = scipy.linalg.eigh(matrix.numpy(), subset_by_index=[0, n_eig - 1], driver="evx", check_finite=False)
         vals, vecs = torch.from_numpy(vals), torch.from_numpy(vecs)
     else:
-        vals, vecs = torch.linalg.eigh(matrix)
+        vals, vecs = checked(torch.linalg.eigh, matrix)
         vals, vecs = vals[:n_eig], vecs[:, :n_eig]
     if drop_trivial:
         trivial = torch.ones_like(degrees) if operator == "unnormalized" else degrees.sqrt()
@@ -282,8 +282,10 @@ class SubspaceEigensolver:
     eigh's to rounding. Convergence is checked on the device by the Davis-Kahan bound on
     the subspace's angle, max residual norm / (theta_n - theta_{n-1}) <= ``tolerance``,
     and returned as a 0-dim bool tensor: the caller redoes a batch that fails it with the
-    exact solver (a small eigengap, where the bound is loose). With ``capture``, the
-    filtered block is replayed from a CUDA graph (:class:`~basis.capture.CapturedSegment`).
+    exact solver (a small eigengap, where the bound is loose). After the first solve,
+    :meth:`solve` makes no host read and one decomposition (the Rayleigh-Ritz ``eigh``,
+    called through :func:`~basis.capture.checked`), so that a caller can record it, with
+    the cut as an input and an output, as a chain of CUDA graphs.
     """
 
     def __init__(
@@ -295,7 +297,6 @@ class SubspaceEigensolver:
         iterations: int = 4,
         tolerance: float = 1e-8,
         seed: int = 0,
-        capture: bool = False,
     ):
         self.n_eig, self.guard, self.degree, self.iterations, self.tolerance = (
             n_eig,
@@ -307,9 +308,6 @@ class SubspaceEigensolver:
         self.seed = seed
         self.start: torch.Tensor | None = None
         self.cut: torch.Tensor | None = None
-        #: What computes the filtered block: :meth:`_filtered_block`, or its CUDA-graph
-        #: replay with ``capture`` (which BASiS reports among its captured segments).
-        self.filtered = CapturedSegment(self._filtered_block) if capture else self._filtered_block
 
     def solve(
         self, matrix: torch.Tensor, upper: float | torch.Tensor
@@ -327,8 +325,8 @@ class SubspaceEigensolver:
         # The damped interval must not be empty (no host value is read, nor one copied over).
         cut = self.cut.clamp(max=0.9 * upper) if isinstance(upper, float) else torch.minimum(self.cut, 0.9 * upper)
         half_width, centre = (upper - cut) / 2, (upper + cut) / 2
-        X, projected = self.filtered(matrix, self.start, centre, half_width)
-        theta, rotation = torch.linalg.eigh(projected)
+        X, projected = self._filtered_block(matrix, self.start, centre, half_width)
+        theta, rotation = checked(torch.linalg.eigh, projected)
         X = X @ rotation
         wanted = X[:, : self.n_eig]
         residual = torch.linalg.norm(matrix @ wanted - wanted * theta[: self.n_eig], dim=0).max()

@@ -108,10 +108,10 @@ def test_outside_a_recording_checked_is_a_plain_call():
 
 
 def test_the_captured_parts_read_nothing_back_to_the_host():
-    """A CUDA graph cannot hold a host read: the graph and components, the filtered block,
-    RANSAC's first round with the aligned batch and the gradient step must make none;
-    the decompositions that check on the host (the first round's three SVDs) are the
-    splits between the alignment's graphs."""
+    """A CUDA graph cannot hold a host read: the graph and components, the subspace
+    embedding, RANSAC's first round with the aligned batch and the gradient step must make
+    none; the decompositions that check on the host (the Rayleigh-Ritz eigh, the first
+    round's three SVDs) are the splits between a recorded chain's graphs."""
     X, y = _data()
     estimator = _basis(cuda_graphs=True)
     capture_was, capture.EMULATE = capture.EMULATE, True
@@ -121,19 +121,16 @@ def test_the_captured_parts_read_nothing_back_to_the_host():
     finally:
         capture.EMULATE = capture_was
     segments = estimator.captured_segments()
-    assert set(segments) == {"graph", "filter", "alignment", "gradient"}
+    assert set(segments) == {"graph", "eigensolve", "alignment", "gradient"}
     X_batch, phi, _ = batch.content
     W, _, _ = estimator._graph_and_components(X_batch)
-    solver = estimator.subspace_solver_
-    matrix = torch.eye(len(W), dtype=torch.float64) - W.double() / 2
-    centre, half_width = torch.tensor(1.2, dtype=torch.float64), torch.tensor(0.8, dtype=torch.float64)
     with HostSyncCounter() as syncs:
         segments["graph"].function(X_batch)
-        segments["filter"].function(
-            matrix, torch.randn(len(W), solver.n_eig + solver.guard).double(), centre, half_width
-        )
         segments["gradient"].function(X_batch, phi)
     assert syncs.total == 0 and not syncs.linalg_checks, (syncs.counts, syncs.linalg_checks)
+    with HostSyncCounter() as syncs:
+        segments["eigensolve"].function(W, torch.tensor(0.5, dtype=torch.float64))
+    assert syncs.total == 0 and syncs.linalg_checks == {"eigh": 1}, (syncs.counts, syncs.linalg_checks)
     n_anchors = len(estimator.anchor_indices_)
     noise = torch.rand(estimator.ransac_iter, n_anchors, generator=torch.Generator().manual_seed(0))
     reference, clean = estimator.reference_anchor_embedding_, torch.ones(n_anchors, dtype=torch.bool)
@@ -153,7 +150,7 @@ def test_seeded_runs_are_the_same_with_the_parts_replayed():
     assert eager.captured_segments() == {}
     assert {name: s.replays for name, s in replayed.captured_segments().items()} == {
         "graph": 1 + 12 - 2,  # the reference batch and 12 steps' batches, less 2 eager warm-up calls
-        "filter": 12 - 1 - 2,  # the first subspace solve is exact (it sets the filter's cut)
+        "eigensolve": 12 - 1 - 2,  # the first subspace solve is exact (it sets the filter's cut)
         "alignment": 12 - 2,
         "gradient": 12 - 2,
     }
@@ -179,7 +176,7 @@ def test_on_a_gpu_the_replayed_step_equals_the_eager_one():
     segments = replayed.captured_segments()
     assert {name: s.failure for name, s in segments.items()} == {
         "graph": None,
-        "filter": None,
+        "eigensolve": None,
         "alignment": None,
         "gradient": None,
     }

@@ -251,8 +251,10 @@ class BASiS(SpectralEstimator):
         subspace = self.eigensolver == "subspace" or (self.eigensolver == "auto" and self.device_.type == "cuda")
         n_eig = self.n_components + int(self.drop_trivial)
         captures = self._captures_steps()
-        self.subspace_solver_ = SubspaceEigensolver(n_eig, seed=self.seed, capture=captures) if subspace else None
+        self.subspace_solver_ = SubspaceEigensolver(n_eig, seed=self.seed) if subspace else None
         self._batch_graph = CapturedSegment(self._graph_and_components) if captures else self._graph_and_components
+        recorded = captures and subspace
+        self._subspace_embedding = SegmentedCapture(self._embedding_from_cut) if recorded else self._embedding_from_cut
         self._first_alignment = SegmentedCapture(self._aligned_first_round) if captures else self._aligned_first_round
         self.reference_indices_, _, self.reference_embedding_ = self._draw_embedded_batch(
             X.shape[0], self._training_features, StepTimer(self.device_)
@@ -298,15 +300,33 @@ class BASiS(SpectralEstimator):
         with timer("graph"):
             W, labels, settled = self._batch_graph(X_batch)
         with timer("eigensolve"):
-            phi, _, converged = embed_graph(
-                W,
-                self.n_components,
-                operator=self.operator,
-                drop_trivial=self.drop_trivial,
-                diffusion_time=self.diffusion_time,
-                solver=None if exact else self.subspace_solver_,
-            )
+            solver = None if exact else self.subspace_solver_
+            if solver is not None and solver.cut is not None:
+                phi, converged, solver.cut = self._subspace_embedding(W, solver.cut)
+            else:  # exact, or the subspace solver's first solve (exact too: it sets the cut)
+                phi, _, converged = self._embedding(W, solver)
         return _EmbeddedBatch(W, phi, labels, settled, converged)
+
+    def _embedding(self, W: torch.Tensor, solver: SubspaceEigensolver | None):
+        return embed_graph(
+            W,
+            self.n_components,
+            operator=self.operator,
+            drop_trivial=self.drop_trivial,
+            diffusion_time=self.diffusion_time,
+            solver=solver,
+        )
+
+    def _embedding_from_cut(
+        self, W: torch.Tensor, cut: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The subspace solver's embedding of the batch graph ``W`` with the filter cut at
+        ``cut``, whether it converged and the next cut: a pure function of its tensors, which
+        ``cuda_graphs`` records as a chain of CUDA graphs split at its ``eigh``."""
+        solver = self.subspace_solver_
+        solver.cut = cut
+        phi, _, converged = self._embedding(W, solver)
+        return phi, converged, solver.cut
 
     def _graph_and_components(self, X_batch: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The batch's affinity and its components (labels, settled), with no host read."""
@@ -321,7 +341,7 @@ class BASiS(SpectralEstimator):
         says how often it was replayed, or why it could not be captured."""
         segments = {
             "graph": self._batch_graph,
-            "filter": getattr(self.subspace_solver_, "filtered", None),
+            "eigensolve": self._subspace_embedding,
             "alignment": self._first_alignment,
             "gradient": self._gradient_step,
         }
