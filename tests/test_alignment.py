@@ -411,3 +411,63 @@ def test_the_rounds_a_search_still_needs_are_drawn_at_once_with_the_same_outcome
         # one batched fit of the samples, one of the adopted maps, one per refit pass; the
         # round-by-round scan launched about 40 ops per round (1,333 to 3,358 here)
         assert syncs.linalg_checks["svd"] <= 4 and syncs.ops <= 700, (syncs.linalg_checks, syncs.ops, rounds)
+
+
+def test_where_tall_designs_are_reduced_first_the_fits_are_the_same(rng, monkeypatch):
+    """On CUDA a design taller than cuSOLVER's batched SVD takes (32 rows: all anchors, a
+    refit on the inliers) is reduced to its triangular factor first. Run that path here:
+    every SVD then sees at most 32 rows, and least squares and RANSAC give what the plain
+    SVD gives, on the designs that break things: clustered with outliers, rank-deficient,
+    translated, batched, linear maps, fallbacks."""
+    from basis import alignment
+
+    def plain_then_reduced(function, *args, seed=None, **kwargs):
+        """The function's results by each route (each with its own generator from ``seed``),
+        and the row counts its SVDs saw by each."""
+        results, rows = [], []
+        for devices in ((), ("cpu",)):
+            monkeypatch.setattr(alignment, "REDUCE_TALL_DESIGNS_ON", devices)
+            decomposed.clear()
+            generator = {} if seed is None else {"generator": torch.Generator().manual_seed(seed)}
+            results.append(function(*args, **kwargs, **generator))
+            rows.append(list(decomposed))
+        return (*results, *rows)
+
+    decomposed, svd = [], torch.linalg.svd
+
+    def recording_svd(A, *args, **kwargs):
+        decomposed.append(A.shape[-2])
+        return svd(A, *args, **kwargs)
+
+    monkeypatch.setattr(torch.linalg, "svd", recording_svd)
+    A, B = torch.as_tensor(rng.normal(size=(7, 40, 11))), torch.as_tensor(rng.normal(size=(7, 40, 10)))
+    plain, reduced, _, _ = plain_then_reduced(least_squares, A, B)
+    assert (reduced - plain).abs().max() <= 1e-12 * plain.abs().max()
+    design = _anchor_design_with_trivial_vector(rng)
+    mapped = apply_affine(_random_affine(rng, 10), design)
+    for rcond in (None, 1e-3):
+        plain, reduced, _, _ = plain_then_reduced(affine_least_squares, design, mapped, rcond=rcond)
+        # the first column is constant up to 1e-12: its coefficient is fixed only to ~1e-5,
+        # by either route, and moves the predictions by ~1e-17
+        assert (apply_affine(reduced, design) - apply_affine(plain, design)).abs().max() <= 1e-12 * mapped.abs().max()
+    for name, source, target, options in _oracle_cases(rng):
+        for seed in range(2):
+            plain, reduced, plain_rows, reduced_rows = plain_then_reduced(
+                ransac_affine, source, target, seed=seed, **options
+            )
+            assert max(reduced_rows) <= 32 and (len(source) <= 32 or max(plain_rows) > 32), name
+            if name == "rank-deficient":  # a column constant up to 1e-12: compare what the maps do
+                plain_mapped, reduced_mapped = (
+                    apply_affine(plain.transform, source),
+                    apply_affine(reduced.transform, source),
+                )
+                assert (reduced_mapped - plain_mapped).abs().max() <= 1e-12 * plain_mapped.abs().max()
+            else:
+                assert (reduced.transform - plain.transform).abs().max() <= 1e-10 * plain.transform.abs().max(), name
+            assert torch.equal(reduced.inliers, plain.inliers), name
+            assert (reduced.fallback, reduced.n_hypotheses, reduced.n_rejected, reduced.n_refits) == (
+                plain.fallback,
+                plain.n_hypotheses,
+                plain.n_rejected,
+                plain.n_refits,
+            ), name
