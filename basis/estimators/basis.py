@@ -101,11 +101,15 @@ class BASiS(SpectralEstimator):
         CUDA, exact on the CPU, where the subset driver is as fast. The reference batch is
         always solved exactly.
     cuda_graphs : bool
-        On CUDA, replay the step's fixed-shape parts from CUDA graphs
-        (:class:`~basis.capture.CapturedSegment`): the batch graph and its components, the
-        subspace eigensolver's filter, and the gradient step. Each part is recorded after
-        two eager calls; the decompositions and RANSAC's search run eagerly between them.
-        The same kernels run, so the numbers do not change. No effect on the CPU.
+        On CUDA, replay the step's parts from CUDA graphs: the batch graph and its
+        components, and the gradient step, each as one graph
+        (:class:`~basis.capture.CapturedSegment`); the subspace embedding, and RANSAC's
+        first round with the aligned batch, each as a chain of graphs split at its
+        decompositions (:class:`~basis.capture.SegmentedCapture`: the Rayleigh-Ritz
+        ``eigh``; the three SVDs), which run eagerly between the graphs. Each part is
+        recorded after two eager calls; RANSAC's further rounds, an exact redo and a
+        redrawn batch run eagerly. The same kernels run, so the numbers do not change
+        beyond the last bits. No effect on the CPU.
     average_tail : float
         Fraction of the last iterations whose network weights are averaged into the final
         network (Polyak-Ruppert averaging; 0, the paper's, keeps the last weights). Each
