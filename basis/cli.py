@@ -11,6 +11,7 @@ import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 
@@ -617,6 +618,35 @@ def check_common(args: argparse.Namespace) -> None:
         check_store(args.store, creates=True)
     if args.command == "embed" and Path(args.model).suffix != ".pt" and not Path(args.model).is_file():
         check_store(args.store, creates=False)  # an MLflow model URI (runs:/..., models:/...)
+
+
+def exit_now(code: int | str | None) -> NoReturn:
+    """End the process with ``code`` (as ``sys.exit`` reads it) once its non-daemon threads
+    have ended, its exit handlers have run and its standard streams are flushed, without the
+    interpreter's teardown. Freeing torch, scikit-learn and MLflow module by module takes
+    1-2 s at the end of every job (0.7 s after a bare ``import torch``) and does nothing a
+    finished command needs: its files are closed, its MLflow run is ended, its logging
+    handlers and temporary folders are closed by the exit handlers. A process under a
+    profiler or tracer (``python -m cProfile``, coverage) exits normally, so that it writes
+    its report at the end."""
+    import atexit
+    import threading
+
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        sys.exit(code)
+    if isinstance(code, str):
+        print(code, file=sys.stderr)
+        code = 1
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()  # CPython's own exit handlers' runner (also used by multiprocessing)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe or stream has nothing left to flush
+            pass
+    os._exit(code or 0)
 
 
 def main(argv: list[str] | None = None) -> int:

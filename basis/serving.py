@@ -9,6 +9,8 @@ points, or the 16-d Siamese features of an image set; the model's description sa
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import mlflow.pyfunc
@@ -42,6 +44,29 @@ def pip_requirements() -> list[str]:
     return [f"{name}=={version(name)}" for name in ("torch", "numpy", "scipy", "scikit-learn", "threadpoolctl")]
 
 
+@contextmanager
+def _pins_checked_by_version() -> Iterator[None]:
+    """MLflow checks a logged model's pins against the installed versions, and first maps
+    every installed distribution to the modules it provides, to read a pin's version from
+    its module (``importlib_metadata.packages_distributions``: 1.2 s on every model log
+    here, the largest part of logging one). The pins of :func:`pip_requirements` are read
+    from the distributions' metadata, so the map is left empty while the model is logged:
+    MLflow then reads each pin's version from that same metadata, and the check, and the
+    model it writes, are the same. The map is MLflow's own module global
+    (``mlflow.utils.requirements_utils._MODULES_TO_PACKAGES``, pinned MLflow; a test holds
+    that it exists); one that is already built is left as it is."""
+    from mlflow.utils import requirements_utils
+
+    if requirements_utils._MODULES_TO_PACKAGES is not None:
+        yield
+        return
+    requirements_utils._MODULES_TO_PACKAGES = {}
+    try:
+        yield
+    finally:
+        requirements_utils._MODULES_TO_PACKAGES = None
+
+
 def log_embedding_model(checkpoint: str | Path, input_example: np.ndarray, description: str) -> None:
     """Log the estimator saved at ``checkpoint`` as the active run's model ``model``, with a
     signature and an input example taken from ``input_example`` (a few rows)."""
@@ -51,16 +76,17 @@ def log_embedding_model(checkpoint: str | Path, input_example: np.ndarray, descr
 
     example = np.asarray(input_example, dtype=np.float32)
     output = SpectralEstimator.load(checkpoint, device="cpu").transform(example)
-    mlflow.pyfunc.log_model(
-        name="model",
-        python_model=EmbeddingModel(),
-        artifacts={"estimator": str(checkpoint)},
-        code_paths=[str(PACKAGE)],
-        signature=infer_signature(example, output),
-        input_example=example,
-        pip_requirements=pip_requirements(),
-        metadata={"description": description},
-    )
+    with _pins_checked_by_version():
+        mlflow.pyfunc.log_model(
+            name="model",
+            python_model=EmbeddingModel(),
+            artifacts={"estimator": str(checkpoint)},
+            code_paths=[str(PACKAGE)],
+            signature=infer_signature(example, output),
+            input_example=example,
+            pip_requirements=pip_requirements(),
+            metadata={"description": description},
+        )
 
 
 def load_embedding(model: str | Path, store: str | Path | None = None):

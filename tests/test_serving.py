@@ -89,3 +89,35 @@ def test_logging_a_model_leaves_the_tracking_uri_of_the_process_alone(tmp_path):
 
     _logged(tmp_path / "a", "basis")
     assert "MLFLOW_TRACKING_URI" not in os.environ
+
+
+def test_logging_a_model_reads_its_pins_without_mapping_every_installed_distribution(tmp_path, monkeypatch):
+    """MLflow maps every installed distribution to its modules to check a model's pins (1.2 s
+    on each model log here, in every tracked job). The pins are read from the distributions'
+    metadata instead: the map is never built, and the model's environment files are those
+    written with it."""
+    from contextlib import nullcontext
+
+    from mlflow.utils import requirements_utils
+
+    from basis import serving
+
+    built = []
+    mapping = requirements_utils.importlib_metadata.packages_distributions
+    monkeypatch.setattr(
+        requirements_utils, "_MODULES_TO_PACKAGES", None
+    )  # the global the shortcut uses (pinned MLflow)
+    monkeypatch.setattr(
+        requirements_utils.importlib_metadata, "packages_distributions", lambda: built.append(1) or mapping()
+    )
+    environments = []
+    for name, shortcut in (("fast", serving._pins_checked_by_version), ("mapped", nullcontext)):
+        monkeypatch.setattr(serving, "_pins_checked_by_version", shortcut)
+        _, _, _, store, run_id = _logged(tmp_path / name, "basis")
+        with tracking.scoped_tracking_uri(tracking.tracking_uri(store)):
+            model = mlflow.models.get_model_info(f"runs:/{run_id}/model").model_uri
+            files = Path(mlflow.artifacts.download_artifacts(artifact_uri=model, dst_path=str(tmp_path / name)))
+        environments.append({f: (files / f).read_text() for f in ("requirements.txt", "python_env.yaml", "conda.yaml")})
+        assert len(built) == (0 if name == "fast" else 1), name
+        assert requirements_utils._MODULES_TO_PACKAGES is None or name == "mapped"
+    assert environments[0] == environments[1]
