@@ -13,14 +13,18 @@ import time
 import torch
 
 
-def per_call_ms(function, repeat: int = 50) -> float:
-    function()
+def per_call_ms(function, *args, repeat: int = 50, **kwargs) -> float:
+    function(*args, **kwargs)
     torch.cuda.synchronize()
     start = time.perf_counter()
     for _ in range(repeat):
-        function()
+        function(*args, **kwargs)
     torch.cuda.synchronize()
     return round(1e3 * (time.perf_counter() - start) / repeat, 3)
+
+
+def _qr_then_svd(A: torch.Tensor):
+    return torch.linalg.svd(torch.linalg.qr(A)[1], full_matrices=False)
 
 
 def main() -> None:
@@ -31,15 +35,15 @@ def main() -> None:
     report = {}
     for shape in [(1, 250, 10), (250, 10), (100, 20, 10), (1, 10, 10), (101, 10, 10), (2, 250, 10)]:
         A = torch.randn(shape, generator=g, dtype=torch.float64).to(device)
-        row = {"svd": per_call_ms(lambda: torch.linalg.svd(A, full_matrices=False))}
+        row = {"svd": per_call_ms(torch.linalg.svd, A, full_matrices=False)}
         for driver in ("gesvd", "gesvdj", "gesvda"):
             try:
-                row[driver] = per_call_ms(lambda: torch.linalg.svd(A, full_matrices=False, driver=driver))
+                row[driver] = per_call_ms(torch.linalg.svd, A, full_matrices=False, driver=driver)
             except RuntimeError as err:
                 row[driver] = str(err).splitlines()[0][:60]
         if shape[-2] > shape[-1]:
-            row["qr"] = per_call_ms(lambda: torch.linalg.qr(A))
-            row["qr_then_svd"] = per_call_ms(lambda: torch.linalg.svd(torch.linalg.qr(A)[1], full_matrices=False))
+            row["qr"] = per_call_ms(torch.linalg.qr, A)
+            row["qr_then_svd"] = per_call_ms(_qr_then_svd, A)
         report[str(shape)] = row
     print(json.dumps(report))
 
