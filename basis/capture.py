@@ -32,22 +32,15 @@ def _signature(inputs: Sequence[torch.Tensor]) -> Signature:
     return tuple((tuple(x.shape), x.dtype, x.device) for x in inputs)
 
 
-class CapturedSegment:
-    """``function(*inputs) -> tuple of tensors``, replayed from a CUDA graph.
-
-    On CUDA, the first ``warmup`` calls of each input signature (shapes, dtypes, device)
-    run eagerly, so that libraries set up their handles and workspaces; the next one
-    records the function into a CUDA graph over input buffers of its own, and every later
-    call copies its inputs into those buffers, replays the graph on the current stream and
-    returns copies of the outputs (the next replay overwrites the graph's own). Elsewhere,
-    or for a function that cannot be captured (it reads the device on the host), every
-    call runs the function: :attr:`failure` then says why.
-
-    The function must be pure in its tensor inputs: anything else it reads (a network's
-    weights, the optimiser's state) must live at the same address for the graph's life.
-    ``emulate`` (default :data:`EMULATE`) replays on the CPU by calling the function on
-    the buffers, so the buffer handling can be tested without a GPU.
-    """
+class _Recorded:
+    """What :class:`CapturedSegment` and :class:`SegmentedCapture` share: ``function(*inputs)
+    -> tuple of tensors`` run eagerly for the first ``warmup`` calls of each input signature
+    (shapes, dtypes, device), so that libraries set up their handles and workspaces, then
+    recorded over input buffers of its own, then replayed: every later call copies its
+    inputs into those buffers and returns copies of the outputs (the next replay overwrites
+    the recording's own). Elsewhere than on CUDA (unless emulated), or once recording has
+    failed (:attr:`failure` says why), every call runs the function. :attr:`replays` counts
+    the calls served by a recording, the recording call included."""
 
     def __init__(
         self, function: Callable[..., tuple[torch.Tensor, ...]], *, warmup: int = 2, emulate: bool | None = None
@@ -57,45 +50,73 @@ class CapturedSegment:
         self.failure: str | None = None
         self.replays = 0
         self._calls: dict[Signature, int] = {}
-        self._graphs: dict[Signature, tuple[torch.cuda.CUDAGraph | None, list[torch.Tensor], tuple]] = {}
+        self._recorded: dict[Signature, tuple[Any, list[torch.Tensor], tuple]] = {}
 
     def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         key = _signature(inputs)
         capturable = self.emulate or (inputs[0].device.type == "cuda" and self.failure is None)
         if not capturable:
             return self.function(*inputs)
-        if key not in self._graphs:
-            self._calls[key] = self._calls.get(key, 0) + 1
-            if self._calls[key] <= self.warmup or not self._capture(key, inputs):
-                return self.function(*inputs)
-        graph, buffers, outputs = self._graphs[key]
-        for buffer, value in zip(buffers, inputs):
-            buffer.copy_(value)
-        if graph is None:  # emulated
-            outputs = self.function(*buffers)
+        if key in self._recorded:
+            recording, buffers, outputs = self._recorded[key]
+            for buffer, value in zip(buffers, inputs):
+                buffer.copy_(value)
+            outputs = self._replay(recording, buffers, outputs)
         else:
-            graph.replay()
+            self._calls[key] = self._calls.get(key, 0) + 1
+            recorded = self._record(key, inputs) if self._calls[key] > self.warmup else None
+            if recorded is None:
+                return self.function(*inputs)
+            outputs = recorded
         self.replays += 1
         return tuple(output.clone() for output in outputs)
 
-    def _capture(self, key: Signature, inputs: Sequence[torch.Tensor]) -> bool:
+    def _record(self, key: Signature, inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...] | None:
+        """Record the function for ``key`` into :attr:`_recorded` and return its outputs,
+        holding this call's values; None, with :attr:`failure` set, where it cannot be."""
+        raise NotImplementedError
+
+    def _replay(self, recording: Any, buffers: list[torch.Tensor], outputs: tuple) -> tuple[torch.Tensor, ...]:
+        """Replay ``recording`` over ``buffers`` (which hold the call's inputs)."""
+        raise NotImplementedError
+
+
+class CapturedSegment(_Recorded):
+    """``function(*inputs) -> tuple of tensors``, replayed from one CUDA graph (see
+    :class:`_Recorded` for the warm-up calls, the buffers and the copies).
+
+    The function must be pure in its tensor inputs: anything else it reads (a network's
+    weights, the optimiser's state) must live at the same address for the graph's life;
+    it may not read the device on the host, or it cannot be captured. ``emulate`` (default
+    :data:`EMULATE`) replays on the CPU by calling the function on the buffers, so the
+    buffer handling can be tested without a GPU.
+    """
+
+    def _record(self, key: Signature, inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...] | None:
         buffers = [x.clone() for x in inputs]
         if self.emulate:
-            self._graphs[key] = (None, buffers, ())
-            return True
+            self._recorded[key] = (None, buffers, ())
+            return self.function(*buffers)
         graph = torch.cuda.CUDAGraph()
         try:
             # thread_local: another thread (the step's or the batch worker's) may launch
             # work or read the device while this one captures, on a stream of its own.
             stream = torch.cuda.Stream(buffers[0].device)
             with _CAPTURING, torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
-                outputs = self.function(*buffers)
+                outputs = tuple(self.function(*buffers))
         except RuntimeError as err:
             self.failure = f"{type(err).__name__}: {str(err).splitlines()[0]}"
             torch.cuda.synchronize()
-            return False
-        self._graphs[key] = (graph, buffers, tuple(outputs))
-        return True
+            return None
+        self._recorded[key] = (graph, buffers, outputs)
+        graph.replay()
+        return outputs
+
+    def _replay(self, recording, buffers, outputs):
+        if recording is None:  # emulated
+            return self.function(*buffers)
+        recording.replay()
+        return outputs
 
 
 #: The chain being recorded on this thread, if any (see :func:`checked`).
@@ -191,7 +212,7 @@ class _Chain:
         self.graphs[-1].replay()
 
 
-class SegmentedCapture:
+class SegmentedCapture(_Recorded):
     """``function(*inputs) -> tuple of tensors`` that calls decompositions through
     :func:`checked`, replayed as a chain of CUDA graphs with the decompositions run
     eagerly between them.
@@ -208,54 +229,25 @@ class SegmentedCapture:
     the CPU.
     """
 
-    def __init__(
-        self, function: Callable[..., tuple[torch.Tensor, ...]], *, warmup: int = 2, emulate: bool | None = None
-    ):
-        self.function, self.warmup = function, warmup
-        self.emulate = EMULATE if emulate is None else emulate
-        self.failure: str | None = None
-        self.replays = 0
-        self._calls: dict[Signature, int] = {}
-        self._chains: dict[Signature, tuple[_Chain, list[torch.Tensor], tuple]] = {}
-
     @property
     def splits(self) -> int:
         """The decompositions between the graphs of the last chain recorded."""
-        return max((len(chain.splits) for chain, _, _ in self._chains.values()), default=0)
+        return max((len(chain.splits) for chain, _, _ in self._recorded.values()), default=0)
 
-    def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        key = _signature(inputs)
-        capturable = self.emulate or (inputs[0].device.type == "cuda" and self.failure is None)
-        if not capturable:
-            return self.function(*inputs)
-        if key not in self._chains:
-            self._calls[key] = self._calls.get(key, 0) + 1
-            if self._calls[key] <= self.warmup:
-                return self.function(*inputs)
-            recorded = self._record(key, inputs)
-            if recorded is None:
-                return self.function(*inputs)
-            self.replays += 1  # the recording replayed each graph (as CapturedSegment counts it)
-            return tuple(output.clone() for output in recorded)
-        chain, buffers, outputs = self._chains[key]
-        for buffer, value in zip(buffers, inputs):
-            buffer.copy_(value)
-        if self.emulate:
-            chain.checking, _RECORDING.chain = 0, chain
-            try:
-                outputs = self.function(*buffers)
-            finally:
-                _RECORDING.chain = None
-            if chain.checking != len(chain.splits):
-                raise RuntimeError("a recorded chain's decompositions changed between calls")
-        else:
+    def _replay(self, chain, buffers, outputs):
+        if not self.emulate:
             chain.replay()
-        self.replays += 1
-        return tuple(output.clone() for output in outputs)
+            return outputs
+        chain.checking, _RECORDING.chain = 0, chain
+        try:
+            outputs = self.function(*buffers)
+        finally:
+            _RECORDING.chain = None
+        if chain.checking != len(chain.splits):
+            raise RuntimeError("a recorded chain's decompositions changed between calls")
+        return outputs
 
     def _record(self, key: Signature, inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...] | None:
-        """Record the chain for ``key`` (its outputs hold the call's values), or None with
-        :attr:`failure` set where the function cannot be recorded."""
         buffers = [x.clone() for x in inputs]
         chain = _Chain(None if self.emulate else buffers[0].device)
         with _CAPTURING:
@@ -273,5 +265,5 @@ class SegmentedCapture:
                 return None
             finally:
                 _RECORDING.chain = None
-        self._chains[key] = (chain, buffers, outputs)
+        self._recorded[key] = (chain, buffers, outputs)
         return outputs
