@@ -321,6 +321,13 @@ def _oracle_cases(rng):
     yield "fallback", noise, torch.as_tensor(rng.normal(size=(30, 2))), {"sample_size": 5, "tolerance": 1e-9}
 
 
+def _assert_same_outcome(result, expected, name):
+    """The same inliers, fallback and counts (hypotheses drawn, rejected, refits)."""
+    assert torch.equal(result.inliers, expected.inliers), name
+    counts = (result.fallback, result.n_hypotheses, result.n_rejected, result.n_refits)
+    assert counts == (expected.fallback, expected.n_hypotheses, expected.n_rejected, expected.n_refits), name
+
+
 def test_the_device_native_search_equals_the_host_loop_it_replaced(rng):
     """Issue #20: on the same samples (the same generator), the fixed-shape search gives
     the estimate of the host loop of commit 09065fe (tests/ransac_oracle.py) to 1e-10, with
@@ -337,13 +344,7 @@ def test_the_device_native_search_equals_the_host_loop_it_replaced(rng):
             new = ransac_affine(source, target, generator=torch.Generator().manual_seed(seed), **options)
             old = ransac_affine_09065fe(source, target, generator=torch.Generator().manual_seed(seed), **options)
             assert (new.transform - old.transform).abs().max() <= bound * old.transform.abs().max(), name
-            assert torch.equal(new.inliers, old.inliers), name
-            assert (new.fallback, new.n_hypotheses, new.n_rejected, new.n_refits) == (
-                old.fallback,
-                old.n_hypotheses,
-                old.n_rejected,
-                old.n_refits,
-            ), name
+            _assert_same_outcome(new, old, name)
 
 
 def test_a_search_that_needs_no_more_rounds_reads_nothing_from_the_device(rng):
@@ -464,10 +465,4 @@ def test_where_tall_designs_are_reduced_first_the_fits_are_the_same(rng, monkeyp
                 assert (reduced_mapped - plain_mapped).abs().max() <= 1e-12 * plain_mapped.abs().max()
             else:
                 assert (reduced.transform - plain.transform).abs().max() <= 1e-10 * plain.transform.abs().max(), name
-            assert torch.equal(reduced.inliers, plain.inliers), name
-            assert (reduced.fallback, reduced.n_hypotheses, reduced.n_rejected, reduced.n_refits) == (
-                plain.fallback,
-                plain.n_hypotheses,
-                plain.n_rejected,
-                plain.n_refits,
-            ), name
+            _assert_same_outcome(reduced, plain, name)
