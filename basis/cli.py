@@ -85,21 +85,24 @@ def run_folders(out: str | None, seeds: list[int]) -> list[str | None]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from basis.data import load_inputs
-    from basis.device import resolve_device
-    from basis.experiment import check_method
-    from basis.references import load_reference
     from basis.settings import resolve_settings
 
-    mark_startup()
+    # What needs neither torch nor scikit-learn is checked before they are imported: a
+    # command with a bad setting or output folder is refused in a fraction of a second.
     seeds = args.seeds or [args.seed]
     for seed in seeds:
         check_seed(seed, "--seeds")
     folders = run_folders(args.out, seeds)
     settings = resolve_settings(args.method, assignments=args.set, dataset=args.dataset)
-    device = str(resolve_device(args.device))  # resolved once: logged as used
     for folder in filter(None, folders):
         check_output(folder, folder=True)
+    from basis.data import load_inputs
+    from basis.device import resolve_device
+    from basis.experiment import check_method
+    from basis.references import load_reference
+
+    mark_startup()
+    device = str(resolve_device(args.device))  # resolved once: logged as used
     # Loaded once for every seed: the data, its features and the reference.
     with timed("load"):
         data = load_inputs(args.dataset, args.features, seed=args.data_seed, root=args.data_root)
@@ -226,15 +229,16 @@ def cmd_download(args: argparse.Namespace) -> int:
 
 
 def cmd_reference(args: argparse.Namespace) -> int:
+    from basis.settings import resolve_settings
+
+    settings = resolve_settings("basis", assignments=args.set, dataset=args.dataset)
+    check_output(args.out, folder=False)
     from basis.data import load_inputs
     from basis.device import resolve_device
     from basis.references import save_reference
-    from basis.settings import resolve_settings
 
     mark_startup()
-    settings = resolve_settings("basis", assignments=args.set, dataset=args.dataset)
     device = str(resolve_device(args.device))
-    check_output(args.out, folder=False)
     with timed("load"):
         data = load_inputs(args.dataset, args.features, seed=args.data_seed, root=args.data_root)
     tags = {"dataset": args.dataset, "neighbors": settings["graph"].get("neighbors", "exact")}
@@ -331,12 +335,13 @@ def cmd_features(args: argparse.Namespace) -> int:
 
 def cmd_study(args: argparse.Namespace) -> int:
     from basis.catalog import check_value, study_annotations, study_parameters
-    from basis.device import resolve_device
 
     options = _options(args.set, study_parameters(args.name), f"study {args.name!r}")
     for key, value in options.items():
         check_value(key, value, study_annotations(args.name)[key])
     check_output(args.out, folder=True)
+    from basis.device import resolve_device  # imports torch: after the checks that need none
+
     resolve_device(args.device)
     from basis.studies import save_study, study_function
 

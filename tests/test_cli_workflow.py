@@ -455,3 +455,37 @@ def test_under_a_profiler_a_command_exits_normally_so_that_the_profile_is_writte
     )
     assert "the following arguments are required" in done.stderr  # (cProfile drops the exit code)
     assert profile.stat().st_size > 0
+
+
+_IMPORTS_PROBE = """
+import atexit, runpy, sys
+marks = sys.argv[1]
+def note():
+    open(marks + "/imported", "w").write(" ".join(m for m in ("torch", "sklearn") if m in sys.modules))
+atexit.register(note)
+sys.argv = ["basis", *sys.argv[2:]]
+runpy.run_module("basis", run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", "--dataset", "two_moons", "--method", "basis", "--set", "n_iter=-1"],
+        ["reference", "--dataset", "two_moons", "--out", "reference.npz", "--set", "graph.n_neighbors=0"],
+        ["study", "toy", "--out", "toy", "--set", "no_such_setting=1"],
+    ],
+)
+def test_a_bad_setting_is_refused_before_torch_or_scikit_learn_is_imported(tmp_path, args):
+    """Checking a command's settings and outputs needs neither: a bad one is refused in a
+    fraction of a second (it took 4 s, importing both first)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _IMPORTS_PROBE, str(tmp_path), *args],
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD_S,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 2 and done.stderr.startswith("error: "), done.stderr
+    assert (tmp_path / "imported").read_text() == ""
