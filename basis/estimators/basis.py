@@ -311,7 +311,11 @@ class BASiS(SpectralEstimator):
                 phi, _, converged = self._embedding(W, solver)
         return _EmbeddedBatch(W, phi, labels, settled, converged)
 
-    def _embedding(self, W: torch.Tensor, solver: SubspaceEigensolver | None):
+    def _embedding(
+        self, W: torch.Tensor, solver: SubspaceEigensolver | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """The batch graph ``W``'s embedding by :func:`~basis.spectral.embed_graph` with this
+        estimator's operator, exactly or by ``solver``."""
         return embed_graph(
             W,
             self.n_components,
