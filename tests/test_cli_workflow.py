@@ -405,16 +405,36 @@ def test_the_slurm_profile_sends_the_knn_runs_as_group_jobs(workdir):
     assert output.count("Group job knn") == 1
 
 
-_EXIT_PROBE = """
-import atexit, os, runpy, sys
-marks = sys.argv[1]
+def _probed(setup: str, marks: Path, args: list[str]) -> subprocess.CompletedProcess:
+    """``python -m basis ARGS``, run in a probe whose ``__main__`` first runs ``setup``, which
+    leaves its notes in the folder ``marks`` (also the command's working folder)."""
+    probe = "\n".join(
+        [
+            "import sys",
+            "marks = sys.argv[1]",
+            setup,
+            "import runpy",
+            "sys.argv = ['basis', *sys.argv[2:]]",
+            "runpy.run_module('basis', run_name='__main__')",
+        ]
+    )
+    return subprocess.run(
+        [sys.executable, "-c", probe, str(marks), *args],
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD_S,
+        cwd=marks,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+
+
+_TEARDOWN_PROBE = """
+import atexit, os
 class Teardown:  # freed, with __main__'s globals, only by the interpreter's teardown
     def __del__(self, touch=os.open, close=os.close, flags=os.O_CREAT | os.O_WRONLY, path=marks + "/teardown"):
         close(touch(path, flags))
 teardown = Teardown()
 atexit.register(lambda: open(marks + "/exit_handlers", "w").close())
-sys.argv = ["basis", *sys.argv[2:]]
-runpy.run_module("basis", run_name="__main__")
 """
 
 
@@ -430,13 +450,7 @@ def test_a_command_ends_after_its_exit_handlers_without_the_interpreters_teardow
     """Freeing torch, scikit-learn and MLflow module by module took 1-2 s at the end of every
     job; `python -m basis` now ends once its exit handlers have run and its output is
     flushed, with the same exit code and the whole output."""
-    done = subprocess.run(
-        [sys.executable, "-c", _EXIT_PROBE, str(tmp_path), *args],
-        capture_output=True,
-        text=True,
-        timeout=HANG_GUARD_S,
-        cwd=ROOT,
-    )
+    done = _probed(_TEARDOWN_PROBE, tmp_path, args)
     assert done.returncode == code, done.stderr
     assert (tmp_path / "exit_handlers").exists()
     assert not (tmp_path / "teardown").exists()
@@ -458,13 +472,10 @@ def test_under_a_profiler_a_command_exits_normally_so_that_the_profile_is_writte
 
 
 _IMPORTS_PROBE = """
-import atexit, runpy, sys
-marks = sys.argv[1]
+import atexit
 def note():
     open(marks + "/imported", "w").write(" ".join(m for m in ("torch", "sklearn") if m in sys.modules))
 atexit.register(note)
-sys.argv = ["basis", *sys.argv[2:]]
-runpy.run_module("basis", run_name="__main__")
 """
 
 
@@ -479,13 +490,6 @@ runpy.run_module("basis", run_name="__main__")
 def test_a_bad_setting_is_refused_before_torch_or_scikit_learn_is_imported(tmp_path, args):
     """Checking a command's settings and outputs needs neither: a bad one is refused in a
     fraction of a second (it took 4 s, importing both first)."""
-    done = subprocess.run(
-        [sys.executable, "-c", _IMPORTS_PROBE, str(tmp_path), *args],
-        capture_output=True,
-        text=True,
-        timeout=HANG_GUARD_S,
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    done = _probed(_IMPORTS_PROBE, tmp_path, args)
     assert done.returncode == 2 and done.stderr.startswith("error: "), done.stderr
     assert (tmp_path / "imported").read_text() == ""
