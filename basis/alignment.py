@@ -599,7 +599,8 @@ class RansacSearch:
         those of the round-by-round search. The rounds are scored as one tensor whatever their number,
         and the adopted maps fitted and refitted as one batch. That reads which rounds
         adopted a new best (once), their refit checks (once per refit, for all of them) and
-        where to stop (once)."""
+        where to stop (once). ``first_draw``, the first round's noise drawn beforehand, goes
+        with one round only: the generator has not drawn it here, so no rewind may redraw it."""
         blocks, drawn = [], self.drawn
         while len(blocks) < count and drawn < self.max_iter:
             blocks.append(min(self.n_iter, self.max_iter - drawn))
@@ -607,6 +608,8 @@ class RansacSearch:
         ends = list(itertools.accumulate(blocks))
         batched = len(blocks) > 1
         generator_state = self.generator.get_state() if batched else None
+        if first_draw is not None and len(blocks) != 1:
+            raise ValueError("first_draw is the noise of one round, the search's first")
         samples = torch.cat([self._draw(block, first_draw) for block in blocks])
         hypotheses, ranks = self._fit_samples(samples)
         errors = _row_errors(hypotheses, self.source.unsqueeze(0), self.target.unsqueeze(0))

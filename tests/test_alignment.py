@@ -466,3 +466,16 @@ def test_where_tall_designs_are_reduced_first_the_fits_are_the_same(rng, monkeyp
             else:
                 assert (reduced.transform - plain.transform).abs().max() <= 1e-10 * plain.transform.abs().max(), name
             _assert_same_outcome(reduced, plain, name)
+
+
+def test_a_first_draw_serves_one_round_only(rng):
+    """The first round's noise, drawn beforehand, cannot stand for several rounds: the
+    rewind of a batch of rounds would redraw noise the generator never drew."""
+    from basis.alignment import RansacSearch
+
+    source, target, _, _ = clustered_anchors(rng)
+    generator = torch.Generator().manual_seed(0)
+    noise = RansacSearch.first_noise(100, len(source), generator, source.device)
+    search = RansacSearch(source, target, generator=generator, first_draw=noise)
+    with pytest.raises(ValueError, match="one round"):
+        search._rounds(2, first_draw=noise)
