@@ -1,9 +1,11 @@
-"""``python -m basis``: the command line (:func:`basis.cli.main`), ended by :func:`basis.cli.exit_now`."""
+"""``python -m basis``: the command line (:func:`basis.cli.main`), run in a fork of a
+persistent worker where one can serve it, else here (:mod:`basis.launcher`)."""
 
-from basis.cli import exit_now, main
+import sys
 
-try:
-    code = main()
-except SystemExit as stop:  # argparse's usage errors and --help
-    code = stop.code
+from basis.launcher import exit_now, run_command, run_in_worker
+
+code = run_in_worker(sys.argv)
+if code is None:
+    code = run_command()
 exit_now(code)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import resource
+import time
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,35 @@ def clustered_data(
     return (centres[labels] + rng.normal(size=(n, dim))).astype(np.float32), labels
 
 
+def _basis_on_clusters(
+    batch_size: int,
+    n_components: int,
+    dim: int,
+    n_neighbors: int,
+    n_iter: int,
+    device: str,
+    seed: int,
+    callback,
+    eigensolver: str = "auto",
+    cuda_graphs: bool = False,
+) -> tuple[BASiS, np.ndarray, np.ndarray]:
+    """BASiS (25 anchors per class) and the benchmarks' clustered stand-in for Siamese features."""
+    X, y = clustered_data(max(20 * batch_size, 10_000), dim, n_components, seed)
+    estimator = BASiS(
+        n_components,
+        graph=GraphConfig(n_neighbors=n_neighbors),
+        batch_size=batch_size,
+        n_iter=n_iter,
+        anchors_per_class=25,
+        device=device,
+        seed=seed,
+        callback=callback,
+        eigensolver=eigensolver,
+        cuda_graphs=cuda_graphs,
+    )
+    return estimator, X, y
+
+
 def _fit_basis(
     batch_size: int,
     n_components: int,
@@ -37,21 +67,47 @@ def _fit_basis(
     callback,
     eigensolver: str = "auto",
     cuda_graphs: bool = False,
+    window: dict[str, Any] | None = None,
 ) -> BASiS:
-    """BASiS on the benchmarks' clustered stand-in for Siamese features (25 anchors per class)."""
-    X, y = clustered_data(max(20 * batch_size, 10_000), dim, n_components, seed)
-    return BASiS(
-        n_components,
-        graph=GraphConfig(n_neighbors=n_neighbors),
-        batch_size=batch_size,
-        n_iter=n_iter,
-        anchors_per_class=25,
-        device=device,
-        seed=seed,
-        callback=callback,
-        eigensolver=eigensolver,
-        cuda_graphs=cuda_graphs,
-    ).fit(X, y)
+    """BASiS fitted on the clustered stand-in (:func:`_basis_on_clusters`).
+
+    With ``window`` (``{"start_at": unix time, "warmup": steps}``), the warm-up steps run
+    first, then the estimator waits until ``start_at`` and times the remaining steps on
+    the wall clock; ``window`` receives ``start``, ``end`` and ``step_ends`` (unix times),
+    so that processes started together can be compared over the time they all ran."""
+    step_ms: list[float] = []
+    if window is not None:
+        outer = callback
+
+        def callback(step: int, info: dict[str, float]) -> None:
+            step_ms.append(info["ms_step"])
+            if outer is not None:
+                outer(step, info)
+
+    estimator, X, y = _basis_on_clusters(
+        batch_size, n_components, dim, n_neighbors, n_iter, device, seed, callback, eigensolver, cuda_graphs
+    )
+    if window is None:
+        return estimator.fit(X, y)
+    estimator.start(X, y)
+    estimator.fit_steps(window["warmup"])
+    _synchronize(estimator.device_)
+    time.sleep(max(0.0, window["start_at"] - time.time()))
+    start = time.time()
+    estimator.fit_steps(n_iter - window["warmup"])
+    _synchronize(estimator.device_)
+    end = time.time()
+    # Each step's wall time is measured in the loop; their running sum, scaled to the
+    # window's measured length, places each step's end on the clock.
+    ms = np.array(step_ms[window["warmup"] :])
+    ends = start + np.cumsum(ms) * (end - start) / max(ms.sum(), 1e-9)
+    window.update(start=start, end=end, step_ends=ends.tolist())
+    return estimator.finish()
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def bench_step(
@@ -67,20 +123,23 @@ def bench_step(
     cuda_graphs: bool = False,
     compare: bool = False,
     profile: bool = False,
+    start_at: float | None = None,
 ) -> dict[str, Any]:
     """Median wall time of one BASiS iteration and of its parts, in milliseconds, the
     solver used, the parts replayed from CUDA graphs, what an iteration would make a CUDA
     host wait for (:func:`count_host_syncs`) and, on CUDA, the waits torch's sync debug
     mode reports per iteration. ``compare`` times the exact and the subspace eigensolver
     (and on CUDA the subspace one with ``cuda_graphs``) one after the other in this
-    process; ``profile`` adds the top device kernels (torch.profiler)."""
+    process; ``profile`` adds the top device kernels (torch.profiler). ``start_at`` (a
+    unix time) times the steps after the warm-up from that moment on, for processes
+    started together (see :func:`_fit_basis`)."""
     resolved = resolve_device(device)
     variants = [(eigensolver, cuda_graphs)]
     if compare:
         variants = [("exact", False), ("subspace", False)] + [("subspace", True)] * (resolved.type == "cuda")
     timings = {
         solver + " + cuda graphs" * graphs: _time_steps(
-            batch_size, n_components, dim, n_neighbors, n_iter, warmup, str(resolved), seed, solver, graphs
+            batch_size, n_components, dim, n_neighbors, n_iter, warmup, str(resolved), seed, solver, graphs, start_at
         )
         for solver, graphs in variants
     }
@@ -100,7 +159,7 @@ def bench_step(
         " batch t runs; total is the wall time per iteration; parts are device time (CUDA events) on CUDA",
     }
     if profile and resolved.type == "cuda":
-        result["top_kernels"] = _top_kernels(batch_size, n_components, dim, n_neighbors, str(resolved), seed)
+        result.update(_top_kernels(batch_size, n_components, dim, n_neighbors, str(resolved), seed, *variants[-1]))
     return result
 
 
@@ -115,16 +174,21 @@ def _time_steps(
     seed: int,
     eigensolver: str,
     cuda_graphs: bool = False,
+    start_at: float | None = None,
 ) -> dict[str, Any]:
-    """ms per iteration and part, the solver used, the parts replayed from CUDA graphs
-    and, on CUDA, the sync-debug waits."""
+    """ms per iteration and part, the solver used, the parts replayed from CUDA graphs,
+    on CUDA the sync-debug waits and, with ``start_at``, the timed window's clock. A
+    window runs as users do, without torch's sync debug mode, whose warnings cost host
+    time at every wait and would leave other processes gaps that users do not."""
     import warnings
 
     records: list[dict[str, float]] = []
+    window = None if start_at is None else {"start_at": start_at, "warmup": warmup}
     cuda = device.startswith("cuda")
+    debug = cuda and window is None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        if cuda:
+        if debug:
             torch.cuda.set_sync_debug_mode("warn")
         try:
             model = _fit_basis(
@@ -138,9 +202,10 @@ def _time_steps(
                 lambda step, info: records.append(info),
                 eigensolver,
                 cuda_graphs,
+                window,
             )
         finally:
-            if cuda:
+            if debug:
                 torch.cuda.set_sync_debug_mode("default")
     kept = records[warmup:]
     parts = sorted(k for k in kept[0] if k.startswith("ms_") and k != "ms_step")
@@ -155,21 +220,47 @@ def _time_steps(
         "cuda_graphs": {
             name: segment.failure or f"{segment.replays} replays" for name, segment in model.captured_segments().items()
         },
-        "cuda_sync_warnings_per_iteration": len(waits) / n_iter if cuda else None,
+        "cuda_sync_warnings_per_iteration": len(waits) / n_iter if debug else None,
         "cuda_sync_warning_sources": sorted({str(w.message).split("\n")[0][:120] for w in waits})[:10],
+        **({"window": {k: window[k] for k in ("start", "end", "step_ends")}} if window else {}),
     }
 
 
-def _top_kernels(batch_size: int, n_components: int, dim: int, n_neighbors: int, device: str, seed: int) -> list:
-    """The 15 device kernels with the most CUDA time over 30 iterations."""
+def _top_kernels(
+    batch_size: int,
+    n_components: int,
+    dim: int,
+    n_neighbors: int,
+    device: str,
+    seed: int,
+    eigensolver: str = "auto",
+    cuda_graphs: bool = False,
+) -> dict[str, Any]:
+    """The 15 device kernels with the most CUDA time over 30 iterations after 10 of
+    warm-up, and the device's busy time per iteration (every kernel's own time summed):
+    what processes sharing one device have to fit into its time."""
     from torch.profiler import ProfilerActivity, profile
 
+    steps = 30
+    estimator, X, y = _basis_on_clusters(
+        batch_size, n_components, dim, n_neighbors, steps + 10, device, seed, None, eigensolver, cuda_graphs
+    )
+    estimator.start(X, y)
+    estimator.fit_steps(10)
+    _synchronize(estimator.device_)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        _fit_basis(batch_size, n_components, dim, n_neighbors, 30, device, seed, None)
-    events = sorted(prof.key_averages(), key=lambda e: getattr(e, "device_time_total", 0.0), reverse=True)[:15]
-    return [
-        {"name": e.key[:80], "calls": e.count, "device_ms": getattr(e, "device_time_total", 0.0) / 1e3} for e in events
-    ]
+        estimator.fit_steps(steps)
+        _synchronize(estimator.device_)
+    events = prof.key_averages()
+    busy_ms = sum(getattr(e, "self_device_time_total", 0.0) for e in events) / 1e3
+    top = sorted(events, key=lambda e: getattr(e, "self_device_time_total", 0.0), reverse=True)[:15]
+    return {
+        "device_busy_ms_per_iteration": busy_ms / steps,
+        "top_kernels": [
+            {"name": e.key[:80], "calls": e.count, "device_ms": getattr(e, "self_device_time_total", 0.0) / 1e3}
+            for e in top
+        ],
+    }
 
 
 def count_host_syncs(

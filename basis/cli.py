@@ -11,7 +11,6 @@ import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import NoReturn
 
 import numpy as np
 
@@ -421,7 +420,13 @@ def _options(assignments: list[str], valid: list[str], what: str) -> dict:
     return options
 
 
+#: ``bench step``'s untimed first iterations.
+WARMUP_STEPS = 10
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
+    if args.what == "step" and args.iterations <= WARMUP_STEPS:
+        raise InputError(f"--iterations {args.iterations}: needs more than the {WARMUP_STEPS} warm-up steps")
     from basis import bench
     from basis.threads import thread_report
 
@@ -436,6 +441,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
             cuda_graphs=args.cuda_graphs,
             compare=args.compare,
             profile=args.profile,
+            n_iter=args.iterations,
+            warmup=WARMUP_STEPS,
+            start_at=args.start_at,
         )
     else:
         result = bench.bench_reference(
@@ -575,6 +583,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="time the exact and the subspace eigensolver, and on CUDA the subspace one with CUDA graphs (step)",
     )
     bench.add_argument("--profile", action="store_true", help="the top device kernels, on CUDA (step)")
+    bench.add_argument(
+        "--iterations", type=int, default=110, help=f"iterations, the first {WARMUP_STEPS} of them warm-up (step)"
+    )
+    bench.add_argument(
+        "--start-at",
+        type=float,
+        help="unix time at which to start timing, after the warm-up: processes started together (step)",
+    )
     bench.set_defaults(func=cmd_bench)
 
     tracking = sub.add_parser("tracking", help="MLflow store upkeep: create experiments, close runs of killed jobs")
@@ -623,35 +639,6 @@ def check_common(args: argparse.Namespace) -> None:
         check_store(args.store, creates=True)
     if args.command == "embed" and Path(args.model).suffix != ".pt" and not Path(args.model).is_file():
         check_store(args.store, creates=False)  # an MLflow model URI (runs:/..., models:/...)
-
-
-def exit_now(code: int | str | None) -> NoReturn:
-    """End the process with ``code`` (as ``sys.exit`` reads it) once its non-daemon threads
-    have ended, its exit handlers have run and its standard streams are flushed, without the
-    interpreter's teardown. Freeing torch, scikit-learn and MLflow module by module takes
-    1-2 s at the end of every job (0.7 s after a bare ``import torch``) and does nothing a
-    finished command needs: its files are closed, its MLflow run is ended, its logging
-    handlers and temporary folders are closed by the exit handlers. A process under a
-    profiler or tracer (``python -m cProfile``, coverage) exits normally, so that it writes
-    its report at the end."""
-    import atexit
-    import threading
-
-    if sys.getprofile() is not None or sys.gettrace() is not None:
-        sys.exit(code)
-    if isinstance(code, str):
-        print(code, file=sys.stderr)
-        code = 1
-    for thread in threading.enumerate():
-        if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()
-    atexit._run_exitfuncs()  # CPython's own exit handlers' runner (also used by multiprocessing)
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # a closed pipe or stream has nothing left to flush
-            pass
-    os._exit(code or 0)
 
 
 def main(argv: list[str] | None = None) -> int:

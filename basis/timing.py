@@ -86,13 +86,22 @@ def timed_calls(name: str) -> Callable[[F], F]:
     return decorate
 
 
+#: For a command forked from a persistent worker (:mod:`basis.launcher`): when the process
+#: that asked for it started, in seconds of system uptime.
+PROCESS_STARTED: float | None = None
+
+
 def process_age() -> float | None:
     """Seconds since this process started (Linux: from /proc), or None where unknown:
-    the start-up a job pays before its first line of work (interpreter and imports)."""
+    the start-up a job pays before its first line of work (interpreter and imports). For a
+    command run by a worker, since its client process started."""
     try:
-        with open("/proc/self/stat") as stat, open("/proc/uptime") as uptime:
-            started_ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
-            return float(uptime.read().split()[0]) - started_ticks / os.sysconf("SC_CLK_TCK")
+        with open("/proc/uptime") as uptime:
+            now = float(uptime.read().split()[0])
+        if PROCESS_STARTED is not None:
+            return now - PROCESS_STARTED
+        with open("/proc/self/stat") as stat:
+            return now - int(stat.read().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
         return None
 

@@ -33,22 +33,8 @@ here=$(pwd)
     fi
     (cd "$here" && "$py" -m basis bench step --device "$DEVICE" --json --compare --profile) > "$OUT/new.json" 2> "$OUT/new.err" \
         || echo "FAILED new: $(tail -3 "$OUT/new.err")"
-    # The replayed step against the eager one (tests/test_capture.py's GPU test; without
-    # pytest on the device, the test function is called directly).
-    [ "$DEVICE" != cpu ] && (cd "$here" && "$py" - <<'CHECK'
-import sys, types
-try:
-    import pytest  # noqa: F401
-except ImportError:  # a stand-in for the two names the test module uses
-    sys.modules["pytest"] = types.SimpleNamespace(
-        mark=types.SimpleNamespace(skipif=lambda *a, **k: (lambda f: f)), raises=None
-    )
-sys.path.insert(0, "tests")
-import test_capture
-test_capture.test_on_a_gpu_the_replayed_step_equals_the_eager_one()
-print("capture test passed: the replayed step equals the eager one")
-CHECK
-    ) 2>&1 | tail -5
+    # The replayed step against the eager one (tests/test_capture.py's GPU test).
+    [ "$DEVICE" != cpu ] && (cd "$here" && PYTHONPATH=. "$py" benchmarks/capture_check.py) 2>&1 | tail -5
     # A real-data step: BASiS on raw digits, where RANSAC needs many rounds per batch
     # (median 450 hypotheses, at most 5,000): the old code and this one, their "# timings".
     runs=(old new)

@@ -424,7 +424,7 @@ def _probed(setup: str, marks: Path, args: list[str]) -> subprocess.CompletedPro
         text=True,
         timeout=HANG_GUARD_S,
         cwd=marks,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": str(ROOT), "BASIS_WORKER": "off"},  # the probe watches this process
     )
 
 
