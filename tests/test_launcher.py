@@ -184,3 +184,17 @@ def test_where_no_socket_can_be_bound_the_command_runs_in_its_own_process(worker
     done = _basis(tmp_path, "bench", "step", "--iterations", "3", TMPDIR=str(deep))
     assert done.returncode == 2 and done.stderr.startswith("error: --iterations 3")
     assert not list(deep.glob("basis-worker-*/*.log"))  # no worker was started
+
+
+def test_a_command_that_leaves_a_thread_pool_idle_still_exits():
+    """MLflow's artifact repositories keep a thread pool whose idle worker thread only the
+    interpreter's thread-exit hooks stop: exit_now runs them, as the interpreter would."""
+    code = (
+        "from concurrent.futures import ThreadPoolExecutor\n"
+        "from basis.launcher import exit_now\n"
+        "pool = ThreadPoolExecutor(1)  # held, as MLflow holds its repositories' pools\n"
+        "pool.submit(print, 'done').result()\n"
+        "exit_now(3)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=HANG_GUARD_S)
+    assert done.returncode == 3 and done.stdout == "done\n"
