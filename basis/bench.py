@@ -56,20 +56,8 @@ def _basis_on_clusters(
     return estimator, X, y
 
 
-def _fit_basis(
-    batch_size: int,
-    n_components: int,
-    dim: int,
-    n_neighbors: int,
-    n_iter: int,
-    device: str,
-    seed: int,
-    callback,
-    eigensolver: str = "auto",
-    cuda_graphs: bool = False,
-    window: dict[str, Any] | None = None,
-) -> BASiS:
-    """BASiS fitted on the clustered stand-in (:func:`_basis_on_clusters`).
+def _fit_basis(estimator: BASiS, X: np.ndarray, y: np.ndarray, window: dict[str, Any] | None = None) -> BASiS:
+    """``estimator`` fitted on ``X``, ``y`` (from :func:`_basis_on_clusters`).
 
     With ``window`` (``{"start_at": unix time, "warmup": steps}``), the warm-up steps run
     first, then the estimator waits until ``start_at`` and times the remaining steps on
@@ -77,16 +65,14 @@ def _fit_basis(
     so that processes started together can be compared over the time they all ran."""
     step_ms: list[float] = []
     if window is not None:
-        outer = callback
+        outer = estimator.callback
 
         def callback(step: int, info: dict[str, float]) -> None:
             step_ms.append(info["ms_step"])
             if outer is not None:
                 outer(step, info)
 
-    estimator, X, y = _basis_on_clusters(
-        batch_size, n_components, dim, n_neighbors, n_iter, device, seed, callback, eigensolver, cuda_graphs
-    )
+        estimator.set_params(callback=callback)
     if window is None:
         return estimator.fit(X, y)
     estimator.start(X, y)
@@ -94,7 +80,7 @@ def _fit_basis(
     _synchronize(estimator.device_)
     time.sleep(max(0.0, window["start_at"] - time.time()))
     start = time.time()
-    estimator.fit_steps(n_iter - window["warmup"])
+    estimator.fit_steps(estimator.n_iter - window["warmup"])
     _synchronize(estimator.device_)
     end = time.time()
     # Each step's wall time is measured in the loop; their running sum, scaled to the
@@ -192,16 +178,18 @@ def _time_steps(
             torch.cuda.set_sync_debug_mode("warn")
         try:
             model = _fit_basis(
-                batch_size,
-                n_components,
-                dim,
-                n_neighbors,
-                n_iter,
-                device,
-                seed,
-                lambda step, info: records.append(info),
-                eigensolver,
-                cuda_graphs,
+                *_basis_on_clusters(
+                    batch_size,
+                    n_components,
+                    dim,
+                    n_neighbors,
+                    n_iter,
+                    device,
+                    seed,
+                    lambda step, info: records.append(info),
+                    eigensolver,
+                    cuda_graphs,
+                ),
                 window,
             )
         finally:
