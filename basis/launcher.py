@@ -373,6 +373,7 @@ def serve(address: Path) -> NoReturn:
     gc.freeze()  # the children share these objects' pages instead of copying them on access
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(address))
+    bound = address.stat().st_ino  # the socket file this worker made (a later worker may replace it)
     listener.listen(64)
     print(f"worker {os.getpid()} ready", flush=True)  # its log: which process serves this folder's clients
     wake_read, wake_write = socket.socketpair()
@@ -414,7 +415,7 @@ def serve(address: Path) -> NoReturn:
         if clients:
             last_seen = time.monotonic()
     with contextlib.suppress(FileNotFoundError):
-        if address.exists() and address.stat().st_ino == os.fstat(listener.fileno()).st_ino:
+        if address.stat().st_ino == bound:
             address.unlink()
     os._exit(0)
 

@@ -198,3 +198,13 @@ def test_a_command_that_leaves_a_thread_pool_idle_still_exits():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=HANG_GUARD_S)
     assert done.returncode == 3 and done.stdout == "done\n"
+
+
+def test_an_idle_worker_exits_and_removes_its_socket(workers):
+    tmp_path = workers
+    assert _basis(tmp_path, "bench", "step", "--iterations", "3", BASIS_WORKER_IDLE="1").returncode == 2
+    (folder,) = _worker_root(tmp_path).glob("basis-worker-*")
+    deadline = time.monotonic() + HANG_GUARD_S
+    while any(folder.glob("*.sock")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not list(folder.glob("*.sock"))
