@@ -14,7 +14,7 @@ It exits after ``BASIS_WORKER_IDLE`` seconds (default 120) without a command.
 
 The command runs in this process instead where a worker cannot serve it faithfully or is
 not wanted: ``BASIS_WORKER=off``; under SLURM (each job is a fresh allocation); under a
-profiler or tracer (cProfile, coverage), or with ``-X``/``-W`` interpreter options; on a
+profiler or tracer (cProfile, coverage), or with ``-X``, ``-W``, ``-O``, ``-I``, ``-E`` or ``-s``; on a
 system without ``fork`` and Unix sockets; or when the worker cannot be reached or started.
 What differs from a process of its own: a benchmark that measures the process tree (e.g.
 Snakemake's ``benchmark:`` ``cpu_time`` and ``max_rss``) sees only the client; the job's own
@@ -158,6 +158,9 @@ def wanted() -> bool:
     if "SLURM_JOB_ID" in os.environ or sys.getprofile() is not None or sys.gettrace() is not None:
         return False
     if sys._xoptions or sys.warnoptions:
+        return False
+    flags = sys.flags  # a worker starts as plain `python`: one started with -O, -I, -E or -s runs here
+    if flags.optimize or flags.isolated or flags.ignore_environment or flags.no_site or flags.no_user_site:
         return False
     return hasattr(os, "fork") and hasattr(socket, "AF_UNIX") and hasattr(socket, "send_fds")
 

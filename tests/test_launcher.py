@@ -208,3 +208,17 @@ def test_an_idle_worker_exits_and_removes_its_socket(workers):
     while any(folder.glob("*.sock")) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not list(folder.glob("*.sock"))
+
+
+@pytest.mark.parametrize("flag", ["-O", "-s", "-X importtime", "-W error"])
+def test_an_interpreter_started_with_options_a_worker_lacks_runs_the_command_itself(flag):
+    code = "from basis.launcher import wanted; print(wanted())"
+    done = subprocess.run(
+        [sys.executable, *flag.split(), "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "BASIS_WORKER": "on"},
+        timeout=HANG_GUARD_S,
+    )
+    assert done.stdout.strip() == "False", done.stderr
