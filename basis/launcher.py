@@ -40,6 +40,8 @@ import time
 from pathlib import Path
 from typing import Any, NoReturn
 
+from basis.timing import process_started  # standard library only, like this module
+
 #: The switch: ``off`` (or ``0``, ``false``, ``no``) runs every command in its own process.
 SWITCH = "BASIS_WORKER"
 #: Seconds a worker waits for a command before it exits.
@@ -235,7 +237,7 @@ def run_in_worker(argv: list[str]) -> int | None:
             "environment": dict(os.environ),
             "umask": _umask(),
             "affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-            "started": _process_start(),
+            "started": process_started(),
             "unbuffered": bool(getattr(sys.stdout, "write_through", False)),
         }
         try:
@@ -269,16 +271,6 @@ def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
-
-
-def _process_start() -> float | None:
-    """When this process started, in seconds of system uptime (Linux), for the command's
-    start-up phase (:func:`basis.timing.process_age`)."""
-    try:
-        with open("/proc/self/stat") as stat:
-            return int(stat.read().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 def _connect(address: Path) -> socket.socket | None:

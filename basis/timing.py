@@ -91,17 +91,24 @@ def timed_calls(name: str) -> Callable[[F], F]:
 PROCESS_STARTED: float | None = None
 
 
+def process_started() -> float | None:
+    """When this process started, in seconds of system uptime (Linux: from /proc), or None
+    where unknown."""
+    try:
+        with open("/proc/self/stat") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def process_age() -> float | None:
-    """Seconds since this process started (Linux: from /proc), or None where unknown:
-    the start-up a job pays before its first line of work (interpreter and imports). For a
-    command run by a worker, since its client process started."""
+    """Seconds since this process started, or None where unknown: the start-up a job pays
+    before its first line of work (interpreter and imports). For a command run by a worker,
+    since its client process started."""
+    started = PROCESS_STARTED if PROCESS_STARTED is not None else process_started()
     try:
         with open("/proc/uptime") as uptime:
-            now = float(uptime.read().split()[0])
-        if PROCESS_STARTED is not None:
-            return now - PROCESS_STARTED
-        with open("/proc/self/stat") as stat:
-            return now - int(stat.read().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
+            return None if started is None else float(uptime.read().split()[0]) - started
     except (OSError, ValueError, IndexError):
         return None
 
