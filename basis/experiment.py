@@ -37,16 +37,19 @@ class RunResult:
     params: dict[str, Any] = field(default_factory=dict)
 
 
-def _estimator(method: str, data: Dataset, settings: dict[str, Any], **run: Any) -> SpectralEstimator:
+def build_estimator(method: str, data: Dataset, settings: dict[str, Any], **run: Any) -> SpectralEstimator:
+    """``method``'s estimator with ``settings`` (its ``n_components`` defaulting to the
+    data's classes) and the ``run`` options (seed, device, callback), which take precedence
+    over a setting of the same name (a benchmark's shorter ``n_iter``)."""
     params = {k: v for k, v in settings.items() if k not in ("eval", "n_components")}
-    return make_estimator(method, n_components=settings["n_components"] or data.n_classes, **params, **run)
+    return make_estimator(method, n_components=settings["n_components"] or data.n_classes, **{**params, **run})
 
 
 def check_method(method: str, data: Dataset, settings: dict[str, Any]) -> None:
     """What ``method``'s ``settings`` must satisfy on ``data`` (batch size against the
     training set, anchors against the classes, ...): an InputError before any training,
     so that a tracked job refuses before its MLflow run opens."""
-    _estimator(method, data, settings).check_input(data.X_train, data.y_train)
+    build_estimator(method, data, settings).check_input(data.X_train, data.y_train)
 
 
 def run_method(
@@ -68,7 +71,7 @@ def run_method(
     stored = reference
     if isinstance(reference, (str, Path)):
         stored = load_reference(reference, settings, n_components, data.X_test)
-    estimator = _estimator(method, data, settings, seed=seed, device=device, callback=callback)
+    estimator = build_estimator(method, data, settings, seed=seed, device=device, callback=callback)
     start = time.perf_counter()
     with timed("train"):
         estimator.fit(data.X_train, data.y_train)

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from basis.data import load_inputs
-from basis.estimators import make_estimator
+from basis.experiment import build_estimator
 from basis.settings import resolve_settings
 from basis.syncs import HostSyncCounter
 
@@ -27,17 +27,8 @@ PARTS = ("ms_step", "ms_graph", "ms_eigensolve", "ms_alignment", "ms_gradient", 
 
 
 def fit(data, settings: dict, n_iter: int, device: str, callback=None):
-    params = {k: v for k, v in settings.items() if k not in ("eval", "n_components", "n_iter")}
-    estimator = make_estimator(
-        "basis",
-        n_components=settings["n_components"] or data.n_classes,
-        n_iter=n_iter,
-        seed=0,
-        device=device,
-        callback=callback,
-        **params,
-    )
-    return estimator.fit(data.X_train, data.y_train)
+    run = {"n_iter": n_iter, "seed": 0, "device": device, "callback": callback}
+    return build_estimator("basis", data, settings, **run).fit(data.X_train, data.y_train)
 
 
 def main() -> None:
