@@ -1,3 +1,9 @@
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -5,6 +11,55 @@ import torch
 # Subprocesses get a hang guard, not a speed limit: speed is measured by the benchmarks,
 # and a busy machine may take many times longer than an idle one.
 HANG_GUARD_S = 3600
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: What a Snakemake test folder holds: the workflow, and the library it runs.
+WORKFLOW_FILES = ("Snakefile", "workflow", "config", "profiles", "tests", "basis")
+
+
+def copy_workflow(folder: Path, names: tuple[str, ...] = WORKFLOW_FILES) -> Path:
+    """A copy of the checkout's ``names`` in ``folder`` (made if missing), without caches
+    or Snakemake state, for a test to run Snakemake in."""
+    folder.mkdir(parents=True, exist_ok=True)
+    ignore = shutil.ignore_patterns(".state", "__pycache__", ".snakemake")
+    for name in names:
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, folder / name, ignore=ignore)
+        else:
+            shutil.copy(source, folder / name)
+    return folder
+
+
+def snakemake_env(library: Path, **extra: str) -> dict[str, str]:
+    """A Snakemake subprocess's environment: ``library`` (a test folder's own copy of the
+    library, or the checkout) first on the import path, no tracking URI of the caller's
+    (runs land in the folder's own store), and ``extra``."""
+    path = os.pathsep.join(filter(None, [str(library), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, **extra, "PYTHONPATH": path}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    return env
+
+
+def snakemake_command(*args: str, cores: int | None = 1) -> list[str]:
+    """``python -m snakemake`` with this interpreter, on ``cores`` (None: set by ``args``,
+    e.g. a profile)."""
+    return [sys.executable, "-m", "snakemake", *(["--cores", str(cores)] if cores else []), *args]
+
+
+def run_snakemake(
+    folder: Path, *args: str, cores: int | None = 1, env: dict[str, str] | None = None, timeout: float = HANG_GUARD_S
+) -> subprocess.CompletedProcess:
+    """Snakemake in ``folder`` (by default with the folder's own copy of the library)."""
+    return subprocess.run(
+        snakemake_command(*args, cores=cores),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=folder,
+        env=snakemake_env(folder) if env is None else env,
+    )
 
 
 def pytest_configure(config):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import HANG_GUARD_S
+from conftest import HANG_GUARD_S, copy_workflow, run_snakemake
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -125,22 +125,7 @@ def test_run_rejects_unknown_dataset_listing_choices():
 
 @pytest.fixture
 def workdir(tmp_path):
-    for name in ("Snakefile", "workflow", "config"):
-        source = ROOT / name
-        (shutil.copytree if source.is_dir() else shutil.copy)(source, tmp_path / name)
-    return tmp_path
-
-
-def _snakemake(workdir, *args):
-    """Snakemake in ``workdir``, with the folder's own copy of the library where it has one."""
-    return subprocess.run(
-        [sys.executable, "-m", "snakemake", "--cores", "1", *args],
-        capture_output=True,
-        text=True,
-        timeout=HANG_GUARD_S,
-        cwd=workdir,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(workdir), os.environ.get("PYTHONPATH")]))},
-    )
+    return copy_workflow(tmp_path, ("Snakefile", "workflow", "config"))
 
 
 # 4 data sets x 4 methods x 10 seeds, plus per data set its download, feature network and
@@ -157,7 +142,7 @@ EXPECTED_JOBS = {
 
 
 def test_dry_run_of_the_paper_config_lists_every_job(workdir):
-    done = _snakemake(workdir, "-n", "--quiet", "rules")
+    done = run_snakemake(workdir, "-n", "--quiet", "rules")
     assert done.returncode == 0, done.stderr
     counts = dict(
         line.split()
@@ -170,12 +155,12 @@ def test_dry_run_of_the_paper_config_lists_every_job(workdir):
 def test_bad_config_stops_before_any_job(workdir):
     config = (workdir / "config" / "config.yaml").read_text().replace("seeds: 10", "seeds: ten", 1)
     (workdir / "config" / "config.yaml").write_text(config)
-    done = _snakemake(workdir, "-n")
+    done = run_snakemake(workdir, "-n")
     assert done.returncode != 0
     assert "seeds" in done.stderr + done.stdout
     config = (workdir / "config" / "config.yaml").read_text().replace("seeds: ten", "seeds: 2\nbatchsize: 3", 1)
     (workdir / "config" / "config.yaml").write_text(config)
-    done = _snakemake(workdir, "-n")
+    done = run_snakemake(workdir, "-n")
     assert done.returncode != 0 and "batchsize" in done.stderr + done.stdout
 
 
@@ -200,7 +185,7 @@ def test_inconsistent_config_stops_before_any_job(workdir, old, new, message):
     path = workdir / "config" / "config.yaml"
     assert old in path.read_text()
     path.write_text(path.read_text().replace(old, new))
-    done = _snakemake(workdir, "-n")
+    done = run_snakemake(workdir, "-n")
     assert done.returncode != 0
     assert message in done.stderr + done.stdout
     assert not (workdir / "results").exists()  # nothing ran
@@ -221,7 +206,7 @@ def test_a_config_on_the_command_line_replaces_the_default_and_runs_only_what_it
         config["methods"] = {"basis": {"anchors_per_class": 10}}
         config["experiments"]["knn"]["methods"] = ["basis"]
 
-    done = _snakemake(workdir, "-n", "--quiet", "rules", "--configfile", _write_config(workdir, one_method))
+    done = run_snakemake(workdir, "-n", "--quiet", "rules", "--configfile", _write_config(workdir, one_method))
     assert done.returncode == 0, done.stderr
     output = done.stdout + done.stderr
     counts = dict(line.split() for line in output.splitlines() if len(line.split()) == 2 and line.split()[1].isdigit())
@@ -239,7 +224,7 @@ def test_a_config_missing_a_section_is_refused_naming_it(workdir, section):
             holder = holder[parent]
         del holder[key]
 
-    done = _snakemake(workdir, "-n", "--configfile", _write_config(workdir, drop))
+    done = run_snakemake(workdir, "-n", "--configfile", _write_config(workdir, drop))
     assert done.returncode != 0
     if section == "experiments.bunny":  # a study's section: checked against basis/studies/ rather than the schema
         assert "experiments has no section for the studies ['bunny']" in done.stderr + done.stdout
@@ -252,7 +237,7 @@ def test_a_config_key_given_twice_is_refused_naming_it_and_its_lines(workdir):
     path = Path(_write_config(workdir, lambda config: None))
     text = path.read_text()
     path.write_text(text + "seeds: 3\n")  # a second seeds: the YAML loader would keep this one
-    done = _snakemake(workdir, "-n", "--configfile", str(path))
+    done = run_snakemake(workdir, "-n", "--configfile", str(path))
     assert done.returncode != 0
     first = next(i for i, line in enumerate(text.splitlines(), 1) if line.startswith("seeds:"))
     assert f"key 'seeds' is given twice, on lines {first} and {len(text.splitlines()) + 1}" in done.stderr + done.stdout
@@ -276,7 +261,7 @@ def test_a_config_setting_out_of_range_is_refused_by_a_dry_run(workdir, section,
             holder = holder.setdefault(part, {})
         holder[key] = value
 
-    done = _snakemake(workdir, "-n", "--configfile", _write_config(workdir, bad))
+    done = run_snakemake(workdir, "-n", "--configfile", _write_config(workdir, bad))
     assert done.returncode != 0 and message in done.stderr + done.stdout
     assert not (workdir / "results").exists()
 
@@ -285,7 +270,7 @@ def test_a_fixed_kernel_scale_needs_sigma(workdir):
     def fixed(config):
         config["protocol"]["graph"]["scale"] = "fixed"
 
-    done = _snakemake(workdir, "-n", "--configfile", _write_config(workdir, fixed))
+    done = run_snakemake(workdir, "-n", "--configfile", _write_config(workdir, fixed))
     assert done.returncode != 0 and "'sigma' is a required property" in done.stderr + done.stdout
 
 
@@ -343,7 +328,7 @@ def test_a_new_study_is_one_module_and_one_config_section(workdir):
     gives it a rule with a job per run, its figure and its rows in the comparison; without
     the section, the config is refused naming the study."""
     config = _new_study(workdir)
-    done = _snakemake(workdir, "-n", "--configfile", config)  # the default target: all
+    done = run_snakemake(workdir, "-n", "--configfile", config)  # the default target: all
     assert done.returncode == 0, done.stderr
     output = done.stdout + done.stderr
     for expected in (
@@ -353,7 +338,7 @@ def test_a_new_study_is_one_module_and_one_config_section(workdir):
         "rule figure_fig9_noise:",
     ):
         assert expected in output, expected
-    done = _snakemake(workdir, "-n", "--configfile", _new_study(workdir, section=False))
+    done = run_snakemake(workdir, "-n", "--configfile", _new_study(workdir, section=False))
     assert done.returncode != 0 and "experiments has no section for the studies ['noise']" in done.stderr + done.stdout
 
 
@@ -399,7 +384,7 @@ def test_bad_seed_lists_are_refused_before_any_work(tmp_path, args, message):
 
 
 def test_the_slurm_profile_sends_the_knn_runs_as_group_jobs(workdir):
-    done = _snakemake(workdir, "-n", "--profile", str(ROOT / "profiles/slurm"), "--configfile", "config/quick.yaml")
+    done = run_snakemake(workdir, "-n", "--profile", str(ROOT / "profiles/slurm"), "--configfile", "config/quick.yaml")
     assert done.returncode == 0, done.stderr[-3000:]
     output = done.stdout + done.stderr
     assert output.count("Group job knn") == 1

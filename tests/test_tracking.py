@@ -2,14 +2,13 @@
 any tag value is safe."""
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from conftest import HANG_GUARD_S
+from conftest import HANG_GUARD_S, copy_workflow, run_snakemake, snakemake_env
 
 from basis import tracking
 
@@ -32,24 +31,14 @@ def _status(store, name):
 
 
 def test_a_dry_run_beside_a_live_run_leaves_it_running_and_only_a_dead_one_is_closed(tmp_path):
-    for name in ("Snakefile", "workflow", "config", "profiles"):
-        source = ROOT / name
-        (shutil.copytree if source.is_dir() else shutil.copy)(source, tmp_path / name)
+    copy_workflow(tmp_path, ("Snakefile", "workflow", "config", "profiles"))
     store = tmp_path / "results" / "mlflow"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("MLFLOW_TRACKING_URI", None)
+    env = snakemake_env(ROOT)
     live = subprocess.Popen([sys.executable, "-c", LIVE_RUN, str(store)], stdout=subprocess.PIPE, text=True, env=env)
     try:
         assert live.stdout.readline().strip() == "open"
         for read_only in (["-n"], ["--lint"], ["--list-rules"]):
-            done = subprocess.run(
-                [sys.executable, "-m", "snakemake", "--cores", "1", *read_only],
-                capture_output=True,
-                text=True,
-                cwd=tmp_path,
-                env=env,
-                timeout=HANG_GUARD_S,
-            )
+            done = run_snakemake(tmp_path, *read_only, env=env)
             assert done.returncode == 0, done.stderr[-2000:]
             assert _status(store, "live") == "RUNNING", read_only
         # an explicit clean-up beside the live run leaves it alone too

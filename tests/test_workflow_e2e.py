@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import HANG_GUARD_S
+from conftest import HANG_GUARD_S, copy_workflow, run_snakemake, snakemake_command, snakemake_env
 
 # The tiny workflow end to end: minutes on two cores.
 pytestmark = pytest.mark.slow
@@ -42,16 +42,7 @@ FIGURES = (
 
 
 def snakemake(folder, *args, timeout=HANG_GUARD_S):
-    env = {**os.environ, "PYTHONPATH": str(folder)}  # the folder's own copy of the library
-    env.pop("MLFLOW_TRACKING_URI", None)
-    return subprocess.run(
-        [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", TINY, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=folder,
-        env=env,
-    )
+    return run_snakemake(folder, "--configfile", TINY, *args, cores=2, timeout=timeout)
 
 
 def runs(folder, stage):
@@ -66,10 +57,7 @@ def runs(folder, stage):
 
 @pytest.fixture(scope="module")
 def workflow(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("workflow")
-    for name in ("Snakefile", "workflow", "config", "profiles", "tests", "basis"):
-        source = ROOT / name
-        (shutil.copytree if source.is_dir() else shutil.copy)(source, folder / name)
+    folder = copy_workflow(tmp_path_factory.mktemp("workflow"))
     done = snakemake(folder)
     assert done.returncode == 0, done.stderr[-3000:]
     return folder
@@ -231,16 +219,7 @@ def test_a_new_training_budget_reruns_the_runs_but_not_the_features(workflow):
     config = yaml.safe_load((workflow / TINY).read_text())
     config["protocol"]["n_iter"] = 25
     (workflow / "budget.yaml").write_text(yaml.safe_dump(config))
-    env = {**os.environ, "PYTHONPATH": str(workflow)}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    done = subprocess.run(
-        [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", "budget.yaml", "-n", "--quiet", "rules"],
-        capture_output=True,
-        text=True,
-        cwd=workflow,
-        env=env,
-        timeout=HANG_GUARD_S,
-    )
+    done = run_snakemake(workflow, "--configfile", "budget.yaml", "-n", "--quiet", "rules", cores=2)
     assert done.returncode == 0, done.stderr[-3000:]
     jobs = {line.split()[0] for line in (done.stdout + done.stderr).splitlines() if len(line.split()) == 2}
     assert "train_and_evaluate" in jobs
@@ -300,22 +279,10 @@ def test_rerunning_one_job_supersedes_its_old_run(workflow):
 def test_a_killed_jobs_run_is_closed_by_the_next_invocation(workflow):
     client, before = runs(workflow, "runs")
     known = {r.info.run_id for r in before}
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("MLFLOW_TRACKING_URI", None)
     job = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "snakemake",
-            "--cores",
-            "1",
-            "--configfile",
-            TINY,
-            "--forcerun",
-            "results/runs/digits/basis/seed1/metrics.json",
-        ],
+        snakemake_command("--configfile", TINY, "--forcerun", "results/runs/digits/basis/seed1/metrics.json"),
         cwd=workflow,
-        env=env,
+        env=snakemake_env(ROOT),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,

@@ -10,15 +10,13 @@ whatever happens.
 import json
 import os
 import re
-import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import HANG_GUARD_S
+from conftest import HANG_GUARD_S, copy_workflow, run_snakemake, snakemake_command, snakemake_env
 
 pytestmark = pytest.mark.cluster
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,22 +33,8 @@ NO_GPUS = [
 FAST_STATUS = ["--slurm-init-seconds-before-status-checks", "5"]
 
 
-def _copy_workflow(folder: Path) -> Path:
-    folder.mkdir(parents=True)
-    for name in ("Snakefile", "workflow", "config", "profiles", "tests", "basis"):
-        source = ROOT / name
-        ignore = shutil.ignore_patterns(".state", "__pycache__")
-        if source.is_dir():
-            shutil.copytree(source, folder / name, ignore=ignore)
-        else:
-            shutil.copy(source, folder / name)
-    return folder
-
-
 def _env(cluster_env: dict[str, str], folder: Path) -> dict[str, str]:
-    env = {**os.environ, **cluster_env, "PYTHONPATH": str(folder)}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    return env
+    return snakemake_env(folder, **cluster_env)
 
 
 def _snakemake(
@@ -58,7 +42,7 @@ def _snakemake(
 ) -> subprocess.Popen:
     where = ["--profile", "profiles/slurm", *NO_GPUS, *FAST_STATUS] if slurm else ["--cores", "2"]
     # --configfile first: it takes every value after it, targets included.
-    command = [sys.executable, "-m", "snakemake", "--configfile", configfile, *where, *args]
+    command = snakemake_command("--configfile", configfile, *where, *args, cores=None)
     return subprocess.Popen(command, cwd=folder, env=env, text=True, **popen)
 
 
@@ -103,14 +87,7 @@ def _runs(folder: Path, stage: str = "runs"):
 
 def _job_counts(folder: Path, env: dict[str, str]) -> dict[str, int]:
     """The jobs of TARGET by rule, from a dry run of the whole target."""
-    done = subprocess.run(
-        [sys.executable, "-m", "snakemake", "--cores", "1", "--configfile", TINY, "-n", "--forceall", TARGET],
-        cwd=folder,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=HANG_GUARD_S,
-    )
+    done = run_snakemake(folder, "--configfile", TINY, "-n", "--forceall", TARGET, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     table = done.stdout.split("Job stats:", 1)[1]
     return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M) if m[1] != "total"}
@@ -132,7 +109,7 @@ def cluster():
 @pytest.fixture(scope="module")
 def folders(cluster, tmp_path_factory):
     base = tmp_path_factory.mktemp("cluster")
-    local, remote = _copy_workflow(base / "local"), _copy_workflow(base / "slurm")
+    local, remote = copy_workflow(base / "local"), copy_workflow(base / "slurm")
     done = _run(local, _env(cluster, local), TARGET, slurm=False)
     assert done.returncode == 0, done.stderr[-3000:]
     started = time.time()
