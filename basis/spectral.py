@@ -470,10 +470,12 @@ def laplacian_operator(W: torch.Tensor, operator: str) -> tuple[Callable, torch.
     ``diffusion``, L for ``unnormalized``), with the degrees and an upper bound of its
     spectrum (2 for L_N; Gershgorin, twice the largest degree, for L). L_N's off-diagonal
     part is W with its values scaled by d_i^-1/2 d_j^-1/2: no sparse product is built."""
-    n = W.shape[0]
     rows = csr_rows(W)
     cols, values = W.col_indices(), W.values()
-    degrees = torch.zeros(n, dtype=values.dtype, device=W.device).index_add_(0, rows, values)
+    # Each row's entries summed in order, by one thread per row: the same bytes on every
+    # run and device (index_add_ adds a row's ~2k entries by atomics on CUDA, in whatever
+    # order its threads run, so two runs of one reference could differ; basis.determinism).
+    degrees = torch.segment_reduce(values, "sum", offsets=W.crow_indices())
     if operator == "unnormalized":
         return (lambda X: degrees[:, None] * X - W @ X), degrees, float(2.0 * degrees.max())
     d_inv_sqrt = degrees.rsqrt()
