@@ -55,10 +55,10 @@ def _most_addends(op, args: Sequence, kwargs: dict) -> int:
     """The most addends any one slot receives from this call of ``op`` (0 where it sums
     nothing in an order-dependent way)."""
     if op in (aten.index_add, aten.index_add_):
-        target, dim, index = args[:3]
+        target, _, index = args[:3]
         return _most_often(index) + 1 if target.is_floating_point() else 0
     if op in (aten.index_reduce, aten.index_reduce_):
-        target, dim, index, _, reduce = args[:5]
+        target, _, index, _, reduce = args[:5]
         if not target.is_floating_point() or reduce not in _SUMS:
             return 0
         return _most_often(index) + bool(_argument(args, kwargs, 5, "include_self", True))
