@@ -9,7 +9,10 @@ while another process shares the GPU. Two addends cannot (IEEE addition commutes
 order-free reductions (max, min) never do. On the CPU the same ops add in index order, so
 the difference cannot be seen there, only counted: :class:`OrderDependentSums` counts,
 while it is active, the calls whose index sends three or more addends to one slot (the
-slot's own value is one where the op adds to it), by op name.
+slot's own value is one where the op adds to it), by op name. Convolutions are counted too
+(forward and backward) unless cuDNN is held to its deterministic algorithms, as
+:func:`fixed_order_convolutions` holds it: its fastest ones, and any that ``benchmark`` mode
+picks by timing, may add by atomics.
 
 Like :class:`~basis.syncs.HostSyncCounter`, the mode is thread-local: count a training loop
 with one torch thread, where BASiS runs its pipeline's stages in turn on the calling thread.
@@ -17,8 +20,9 @@ with one torch thread, where BASiS runs its pipeline's stages in turn on the cal
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -41,10 +45,31 @@ class OrderDependentSums(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        addends = _most_addends(func.overloadpacket, args, kwargs)
-        if addends >= 3:
-            self.counts[func.overloadpacket.__name__] += 1
+        op = func.overloadpacket
+        if _most_addends(op, args, kwargs) >= 3 or (op in _CONVOLUTIONS and not _convolutions_in_fixed_order()):
+            self.counts[op.__name__] += 1
         return func(*args, **kwargs)
+
+
+_CONVOLUTIONS = (aten.convolution, aten.convolution_backward)
+
+
+def _convolutions_in_fixed_order() -> bool:
+    return torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark
+
+
+@contextlib.contextmanager
+def fixed_order_convolutions() -> Iterator[None]:
+    """Within the block, cuDNN uses only its deterministic convolution algorithms and picks
+    them without timing (``torch.backends.cudnn.deterministic``, no ``benchmark``), so that
+    a network's features and gradients are the same on every run; the settings are
+    restored after it. Nothing changes on the CPU."""
+    saved = torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = saved
 
 
 def _argument(args: Sequence, kwargs: dict, position: int, name: str, default: Any) -> Any:

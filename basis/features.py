@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from sklearn.neighbors import KNeighborsClassifier
 
+from basis.determinism import fixed_order_convolutions
 from basis.device import resolve_device
 from basis.errors import InputError
 from basis.inputs import load_checkpoint
@@ -112,10 +113,11 @@ class SiameseFeatures:
         """One Adam step on a fresh set of balanced pairs; returns the contrastive loss."""
         self.model_.train()
         first, second, same = balanced_pairs(self.labels_, self.pairs_per_step, self.rng_)
-        z1, z2 = self.model_(self.images_[first]), self.model_(self.images_[second])
-        loss = contrastive_loss(z1, z2, torch.from_numpy(same).to(self.device_), self.margin)
-        self.optimizer_.zero_grad(set_to_none=True)
-        loss.backward()
+        with fixed_order_convolutions():
+            z1, z2 = self.model_(self.images_[first]), self.model_(self.images_[second])
+            loss = contrastive_loss(z1, z2, torch.from_numpy(same).to(self.device_), self.margin)
+            self.optimizer_.zero_grad(set_to_none=True)
+            loss.backward()
         self.optimizer_.step()
         self.loss_curve_.append(float(loss.detach()))
         return self.loss_curve_[-1]
@@ -139,7 +141,7 @@ class SiameseFeatures:
         images = torch.as_tensor(images, dtype=torch.float32).to(self.device_)
         was_training = self.model_.training
         self.model_.eval()
-        with torch.no_grad():
+        with torch.no_grad(), fixed_order_convolutions():
             features = torch.cat([self.model_(images[i : i + chunk_size]) for i in range(0, len(images), chunk_size)])
         self.model_.train(was_training)
         return features

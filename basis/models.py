@@ -67,8 +67,11 @@ class SiameseCNN(nn.Module):
             nn.MaxPool2d(2),
             nn.Flatten(),
         )
-        with torch.no_grad():
-            flat = self.conv(torch.zeros(1, *in_shape)).shape[1]
+        # The map's size after two stages of a stride-1 convolution and a 2x2 pooling that
+        # floors, worked out rather than probed (no convolution runs outside training).
+        for _ in range(2):
+            height, width = ((size + 2 * padding - kernel + 1) // 2 for size in (height, width))
+        flat = 50 * height * width
         self.head = nn.Sequential(nn.Linear(flat, 500), nn.ReLU(), nn.Linear(500, 10), nn.Linear(10, out_dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -8,7 +8,9 @@ from sklearn.datasets import make_moons
 
 from basis.determinism import OrderDependentSums
 from basis.estimators import make_estimator
+from basis.features import SiameseFeatures
 from basis.graph import GraphConfig, device_affinity
+from basis.models import SiameseCNN
 from basis.spectral import sparse_spectral_embedding
 
 LONG = torch.int64
@@ -101,3 +103,31 @@ def test_training_sums_every_slot_in_a_fixed_order(method):
     finally:
         torch.set_num_threads(threads)
     assert dict(sums.counts) == {}
+
+
+def test_siamese_features_convolve_in_a_fixed_order_and_restore_cudnns_settings():
+    """The feature network's convolutions (training and inference) run with cuDNN held to
+    its deterministic algorithms, and the caller's cuDNN settings come back after each."""
+    rng = np.random.default_rng(0)
+    images = rng.random((24, 1, 28, 28), dtype=np.float32)
+    labels = np.arange(24) % 3
+    before = torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = True  # a caller's own choice
+    try:
+        with OrderDependentSums() as sums:
+            SiameseFeatures(4, n_steps=2, pairs_per_step=8, device="cpu").fit(images, labels).transform(images)
+        assert (torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark) == (before[0], True)
+    finally:
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = before
+    assert dict(sums.counts) == {}
+    with OrderDependentSums() as sums:  # the counter sees a convolution outside the setting
+        torch.nn.functional.conv2d(torch.ones(1, 1, 3, 3), torch.ones(1, 1, 2, 2))
+    assert dict(sums.counts) == {"convolution": 1}
+
+
+@pytest.mark.parametrize("shape", [(1, 28, 28), (3, 32, 32), (1, 8, 8), (1, 16, 16), (3, 17, 23), (1, 9, 9)])
+def test_the_feature_network_sizes_its_head_to_its_convolutions_output(shape):
+    network = SiameseCNN(shape)
+    with torch.no_grad():
+        assert network(torch.zeros(2, *shape)).shape == (2, 16)
+        assert network.conv(torch.zeros(1, *shape)).shape[1] == network.head[0].in_features
