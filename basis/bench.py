@@ -13,6 +13,7 @@ from basis.device import resolve_device
 from basis.estimators import BASiS
 from basis.graph import GraphConfig
 from basis.references import analytic_embedding
+from basis.threads import one_torch_thread
 
 
 def clustered_data(
@@ -265,33 +266,28 @@ def count_host_syncs(
     step counters of ``torch.optim``'s non-fused Adam (none: the estimators use neither)."""
     from basis.syncs import HostSyncCounter
 
-    budget = torch.get_num_threads()
-    torch.set_num_threads(1)
     marks: list[tuple] = []
 
     def mark(syncs: HostSyncCounter) -> None:
         marks.append((sum(syncs.counts.values()), dict(syncs.counts), dict(syncs.linalg_checks), dict(syncs.exempt)))
 
-    try:
-        with HostSyncCounter() as syncs:
-            estimator = BASiS(
-                n_components,
-                graph=GraphConfig(n_neighbors=n_neighbors),
-                batch_size=batch_size,
-                n_iter=n_iter,
-                anchors_per_class=25,
-                device="cpu",
-                seed=seed,
-                eigensolver="subspace",
-            )
-            X, y = clustered_data(max(20 * batch_size, 10_000), dim, n_components, seed)
-            estimator.start(X, y)
-            estimator.step()  # the first step, which sets up the subspace solver's cut
-            mark(syncs)
-            estimator.fit_steps(n_iter - 1)
-            mark(syncs)
-    finally:
-        torch.set_num_threads(budget)
+    with one_torch_thread(), HostSyncCounter() as syncs:
+        estimator = BASiS(
+            n_components,
+            graph=GraphConfig(n_neighbors=n_neighbors),
+            batch_size=batch_size,
+            n_iter=n_iter,
+            anchors_per_class=25,
+            device="cpu",
+            seed=seed,
+            eigensolver="subspace",
+        )
+        X, y = clustered_data(max(20 * batch_size, 10_000), dim, n_components, seed)
+        estimator.start(X, y)
+        estimator.step()  # the first step, which sets up the subspace solver's cut
+        mark(syncs)
+        estimator.fit_steps(n_iter - 1)
+        mark(syncs)
     steps = n_iter - 1
     (before, kinds_before, linalg_before, exempt_before), (after, kinds, linalg, exempt) = marks
 

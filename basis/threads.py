@@ -11,8 +11,10 @@ splits the same budget between its two pipeline stages (see
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 
 from basis.errors import InputError
 
@@ -62,3 +64,18 @@ def thread_report() -> dict[str, int]:
         key = pool["user_api"]
         report[key] = max(report.get(key, 0), pool["num_threads"])
     return report
+
+
+@contextlib.contextmanager
+def one_torch_thread() -> Iterator[None]:
+    """torch on one thread within the block, its thread count restored after it: a training
+    loop then runs its pipeline's stages in turn on the calling thread, where a thread-local
+    audit (:mod:`basis.syncs`, :mod:`basis.determinism`) sees every op."""
+    import torch
+
+    budget = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(budget)

@@ -16,12 +16,12 @@ import json
 import time
 
 import numpy as np
-import torch
 
 from basis.data import load_inputs
 from basis.experiment import build_estimator
 from basis.settings import resolve_settings
 from basis.syncs import HostSyncCounter
+from basis.threads import one_torch_thread
 
 PARTS = ("ms_step", "ms_graph", "ms_eigensolve", "ms_alignment", "ms_gradient", "ransac_hypotheses")
 
@@ -49,11 +49,8 @@ def main() -> None:
     start = time.perf_counter()
     fit(data, settings, args.n_iter, args.device, record)
     seconds = time.perf_counter() - start
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the pipeline's stages run in turn on this thread
-    with HostSyncCounter() as syncs:
+    with one_torch_thread(), HostSyncCounter() as syncs:
         fit(data, settings, args.count_iter, "cpu")
-    torch.set_num_threads(threads)
     per_iteration = 1.0 / args.count_iter
     print(
         json.dumps(

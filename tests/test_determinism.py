@@ -12,6 +12,7 @@ from basis.features import SiameseFeatures
 from basis.graph import GraphConfig, device_affinity
 from basis.models import SiameseCNN
 from basis.spectral import sparse_spectral_embedding
+from basis.threads import one_torch_thread
 
 LONG = torch.int64
 
@@ -94,14 +95,9 @@ def test_training_sums_every_slot_in_a_fixed_order(method):
     then run on the counting thread)."""
     X, y = make_moons(400, noise=0.05, random_state=0)
     X = X.astype(np.float32)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        estimator = make_estimator(method, n_components=2, n_iter=5, batch_size=128, device="cpu", seed=0)
-        with OrderDependentSums() as sums:
-            estimator.fit(X, y).transform(X)
-    finally:
-        torch.set_num_threads(threads)
+    estimator = make_estimator(method, n_components=2, n_iter=5, batch_size=128, device="cpu", seed=0)
+    with one_torch_thread(), OrderDependentSums() as sums:
+        estimator.fit(X, y).transform(X)
     assert dict(sums.counts) == {}
 
 

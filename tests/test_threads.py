@@ -10,7 +10,7 @@ import torch
 
 from basis import BASiS
 from basis.bench import clustered_data
-from basis.threads import limit_threads
+from basis.threads import limit_threads, one_torch_thread
 
 
 def _python(code: str) -> dict:
@@ -101,3 +101,11 @@ def test_device_auto_takes_the_gpu_with_the_most_free_memory(monkeypatch):
     assert resolve_device("cuda:2") == torch.device("cuda", 2)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert resolve_device("auto") == torch.device("cpu")
+
+
+def test_one_torch_thread_restores_the_budget_even_after_an_error():
+    budget = torch.get_num_threads()
+    with pytest.raises(RuntimeError), one_torch_thread():
+        assert torch.get_num_threads() == 1
+        raise RuntimeError("a failed count")
+    assert torch.get_num_threads() == budget
