@@ -272,17 +272,9 @@ def count_host_syncs(
         marks.append((sum(syncs.counts.values()), dict(syncs.counts), dict(syncs.linalg_checks), dict(syncs.exempt)))
 
     with one_torch_thread(), HostSyncCounter() as syncs:
-        estimator = BASiS(
-            n_components,
-            graph=GraphConfig(n_neighbors=n_neighbors),
-            batch_size=batch_size,
-            n_iter=n_iter,
-            anchors_per_class=25,
-            device="cpu",
-            seed=seed,
-            eigensolver="subspace",
+        estimator, X, y = _basis_on_clusters(
+            batch_size, n_components, dim, n_neighbors, n_iter, "cpu", seed, None, eigensolver="subspace"
         )
-        X, y = clustered_data(max(20 * batch_size, 10_000), dim, n_components, seed)
         estimator.start(X, y)
         estimator.step()  # the first step, which sets up the subspace solver's cut
         mark(syncs)
