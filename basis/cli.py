@@ -19,6 +19,7 @@ from basis.errors import InputError, Terminated
 from basis.inputs import check_output, check_seed, check_store
 from basis.outputs import atomic_path, write_json
 from basis.settings import NEIGHBOR_BACKENDS, SPARSE_SOLVERS
+from basis.stopping import STOPPED_STATUS, stop_on_sigterm
 from basis.threads import limit_threads
 from basis.timing import Progress, job_seconds, mark_startup, recording, report, timed
 
@@ -646,10 +647,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         check_common(args)
-        if getattr(args, "track", None):
-            from basis.tracking import stop_on_sigterm
-
-            stop_on_sigterm()
+        stop_on_sigterm()
         args.threads = limit_threads(args.threads)
         with recording() as seconds:
             code = args.func(args)
@@ -661,10 +659,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except Terminated as err:
-        print(
-            f"error: stopped by {err} (a cancel or a time limit); its MLflow run is closed as KILLED", file=sys.stderr
-        )
-        return 143
+        closed = "; its MLflow run is closed as KILLED" if getattr(args, "track", None) else ""
+        print(f"error: stopped by {err} (a cancel or a time limit){closed}", file=sys.stderr)
+        return STOPPED_STATUS
     except Exception:
         import traceback
 

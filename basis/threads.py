@@ -42,9 +42,16 @@ def limit_threads(n_threads: int | None = None) -> int:
     cores) and return the number used."""
     from threadpoolctl import threadpool_limits
 
-    n_threads = available_cores() if n_threads is None else n_threads
+    cores = available_cores()
+    n_threads = cores if n_threads is None else n_threads
     if isinstance(n_threads, bool) or not isinstance(n_threads, int) or n_threads < 1:
         raise InputError(f"threads must be a positive integer, got {n_threads!r}")
+    if n_threads > cores:
+        # More threads than cores only oversubscribes them, and a fresh `import torch` caps
+        # its pool at the cores while set_num_threads does not: the count, and with it the
+        # order of floating-point sums, would depend on when torch was imported.
+        print(f"note: --threads {n_threads} capped at the {cores} cores this job may use", file=sys.stderr)
+        n_threads = cores
     for name in THREAD_VARIABLES:
         os.environ[name] = str(n_threads)
     if "torch" in sys.modules:  # else torch reads OMP_NUM_THREADS when it is first imported

@@ -86,11 +86,6 @@ def timed_calls(name: str) -> Callable[[F], F]:
     return decorate
 
 
-#: For a command forked from a persistent worker (:mod:`basis.launcher`): when the process
-#: that asked for it started, in seconds of system uptime.
-PROCESS_STARTED: float | None = None
-
-
 def process_started() -> float | None:
     """When this process started, in seconds of system uptime (Linux: from /proc), or None
     where unknown."""
@@ -103,9 +98,8 @@ def process_started() -> float | None:
 
 def process_age() -> float | None:
     """Seconds since this process started, or None where unknown: the start-up a job pays
-    before its first line of work (interpreter and imports). For a command run by a worker,
-    since its client process started."""
-    started = PROCESS_STARTED if PROCESS_STARTED is not None else process_started()
+    before its first line of work (interpreter and imports)."""
+    started = process_started()
     try:
         with open("/proc/uptime") as uptime:
             return None if started is None else float(uptime.read().split()[0]) - started

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from basis.errors import Terminated
+from basis.stopping import on_stop
 from basis.timing import timed, timed_calls
 
 log = logging.getLogger(__name__)
@@ -289,18 +290,6 @@ def parent_run(mlflow_client, experiment_id: str, name: str, store: str | Path =
         return run.info.run_id
 
 
-def stop_on_sigterm() -> None:
-    """Turn SIGTERM into :class:`Terminated` in the main thread, so that a job that SLURM
-    cancels or times out unwinds: its MLflow run is closed as KILLED and its partial
-    outputs are not kept (SLURM sends SIGKILL only ``KillWait`` seconds later)."""
-    import signal
-
-    def stop(signum, frame):
-        raise Terminated(f"signal {signum}")
-
-    signal.signal(signal.SIGTERM, stop)
-
-
 @contextmanager
 def tracked_run(
     experiment: str,
@@ -317,6 +306,8 @@ def tracked_run(
     with timed("tracking"):
         mlflow_client, run, all_tags, monitor = _open_run(experiment, run_name, tags, store, parent)
     tracked = TrackedRun(mlflow_client, run.info.run_id, store)
+    # A stop that cannot wait for the main thread (see basis.launcher) closes the run too.
+    forget = on_stop(lambda: mlflow_client.set_terminated(run.info.run_id, "KILLED"))
     try:
         yield tracked
         with timed("tracking"):
@@ -329,6 +320,8 @@ def tracked_run(
         killed = isinstance(err, (KeyboardInterrupt, Terminated))
         mlflow_client.set_terminated(run.info.run_id, "KILLED" if killed else "FAILED")
         raise
+    finally:
+        forget()
     with timed("tracking"):
         monitor.finish()
         mlflow_client.set_terminated(run.info.run_id, "FINISHED")

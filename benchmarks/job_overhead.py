@@ -3,12 +3,9 @@
 Times, best of ``--repeats`` each and in one go (so that a busy machine slows both alike):
 a bare ``python -c "import torch"``; a 5-iteration tracked ``basis run`` on two moons (a
 fresh store each time, and into a store that exists, as in the workflow); the same run
-untracked; and the tracked run with ``--seeds 0 1 2 3`` (start-up paid once). Each run
-twice: through the persistent worker (``basis/launcher.py``, the default) and in a process
-of its own (``BASIS_WORKER=off``); the worker's folder is fresh, so its first command,
-which starts it, is timed apart. Then runs the tracked job once under ``python -X
-importtime`` (in a process of its own) and prints the slowest top-level imports, and the
-job's own phases (its ``# timings`` line).
+untracked; and the tracked run with ``--seeds 0 1 2 3`` (start-up paid once). Then runs
+the tracked job once under ``python -X importtime`` and prints the slowest top-level
+imports, and the job's own phases (its ``# timings`` line).
 
     python benchmarks/job_overhead.py --repeats 3
 """
@@ -17,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -27,13 +23,11 @@ from pathlib import Path
 from basis.timing import TIMINGS_PREFIX
 
 RUN = ["-m", "basis", "run", "--dataset", "two_moons", "--method", "basis", "--set", "n_iter=5", "--json"]
-LAUNCHERS = {"worker": "on", "own process": "off"}
 
 
-def wall(command: list[str], cwd: Path, launcher: str = "own process") -> tuple[float, str]:
-    env = {**os.environ, "TMPDIR": str(cwd), "BASIS_WORKER": LAUNCHERS[launcher]}
+def wall(command: list[str], cwd: Path) -> tuple[float, str]:
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, *command], capture_output=True, text=True, cwd=cwd, check=True, env=env)
+    done = subprocess.run([sys.executable, *command], capture_output=True, text=True, cwd=cwd, check=True)
     return time.perf_counter() - start, done.stderr
 
 
@@ -49,39 +43,30 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
         wall(tracked(folder, "existing"), folder)  # creates the store the "existing store" rows log into
-        phases: dict[str, str] = {}
-        best = {"first command, starting the worker": wall(tracked(folder, "existing"), folder, "worker")[0]}
+        phases = ""
+        best: dict[str, float] = {}
         for attempt in range(args.repeats):
-            for launcher in LAUNCHERS:
-                jobs = {
-                    "python -c 'import torch'": ["-c", "import torch"],
-                    "tracked 5-iteration run, 1 seed": tracked(folder, f"one{launcher[0]}{attempt}"),
-                    # The workflow's case: the store exists (its set-up rule made it).
-                    "tracked 5-iteration run, 1 seed, existing store": tracked(folder, "existing"),
-                    "untracked 5-iteration run, 1 seed": RUN,
-                    "tracked 5-iteration run, 4 seeds": [
-                        *tracked(folder, f"four{launcher[0]}{attempt}"),
-                        *("--seeds", "0", "1", "2", "3"),
-                    ],
-                }
-                for name, command in jobs.items():
-                    if name.startswith("python -c") and launcher == "worker":
-                        continue
-                    seconds, stderr = wall(command, folder, launcher)
-                    key = name if name.startswith("python -c") else f"{name} ({launcher})"
-                    best[key] = min(best.get(key, float("inf")), seconds)
-                    if name == "tracked 5-iteration run, 1 seed, existing store":
-                        phases[launcher] = stderr
+            jobs = {
+                "python -c 'import torch'": ["-c", "import torch"],
+                "tracked 5-iteration run, 1 seed": tracked(folder, f"one{attempt}"),
+                # The workflow's case: the store exists (its set-up rule made it).
+                "tracked 5-iteration run, 1 seed, existing store": tracked(folder, "existing"),
+                "untracked 5-iteration run, 1 seed": RUN,
+                "tracked 5-iteration run, 4 seeds": [*tracked(folder, f"four{attempt}"), "--seeds", "0", "1", "2", "3"],
+            }
+            for name, command in jobs.items():
+                seconds, stderr = wall(command, folder)
+                best[name] = min(best.get(name, float("inf")), seconds)
+                if name == "tracked 5-iteration run, 1 seed, existing store":
+                    phases = stderr
         floor = best["python -c 'import torch'"]
         print(f"| command | best of {args.repeats}, s | x import torch |\n|---|---|---|")
         for name, seconds in best.items():
             print(f"| {name} | {seconds:.2f} | {seconds / floor:.2f} |")
-        for launcher, stderr in phases.items():
-            line = [entry for entry in stderr.splitlines() if entry.startswith(TIMINGS_PREFIX)][-1]
-            print(
-                f"\nphases of the last tracked 1-seed run into an existing store ({launcher}):",
-                json.loads(line[len(TIMINGS_PREFIX) :]),
-            )
+        line = [entry for entry in phases.splitlines() if entry.startswith(TIMINGS_PREFIX)][-1]
+        print(
+            "\nphases of the last tracked 1-seed run into an existing store:", json.loads(line[len(TIMINGS_PREFIX) :])
+        )
         done = subprocess.run(
             [sys.executable, "-X", "importtime", *tracked(folder, "imports")],
             capture_output=True,

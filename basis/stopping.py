@@ -1,0 +1,95 @@
+"""How a command stops: SIGTERM (a scheduler's cancel or time limit, Snakemake stopping
+its jobs) is turned into :class:`basis.errors.Terminated` in the main thread, which
+unwinds: the command's MLflow run is closed as KILLED and no partial output is kept.
+
+Python runs that handler only between bytecodes, so a command inside one long C call (an
+``eigh``, a matrix product) would keep computing until the call returns; a watcher thread,
+woken by the signal itself (:func:`signal.set_wakeup_fd`), therefore ends the process
+:data:`GRACE_S` seconds later if it has not ended by then, after the same clean-up
+(:func:`on_stop`). SIGKILL cannot be caught: the run stays RUNNING, as after a power loss,
+and the next invocation of the workflow closes it (:func:`basis.tracking.close_stale_runs`).
+
+This module imports only the standard library.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+
+from basis.errors import Terminated
+
+#: Seconds the main thread has to unwind after SIGTERM before the watcher ends the process.
+GRACE_S = 0.5
+#: The exit status of a command stopped by SIGTERM (128 + 15, as a shell reports it).
+STOPPED_STATUS = 128 + signal.SIGTERM
+
+_clean_ups: dict[int, Callable[[], None]] = {}
+_clean_ups_lock = threading.Lock()
+_stopper_installed = False
+
+
+def on_stop(clean_up: Callable[[], None]) -> Callable[[], None]:
+    """Register ``clean_up`` to run if the watcher has to end the process (SIGTERM while the
+    main thread is stuck in a long call); returns the function that unregisters it. Used for
+    what the main thread's unwinding would otherwise do: close the MLflow run, remove a
+    partial output."""
+    key = id(clean_up)
+    with _clean_ups_lock:
+        _clean_ups[key] = clean_up
+
+    def forget() -> None:
+        with _clean_ups_lock:
+            _clean_ups.pop(key, None)
+
+    return forget
+
+
+def stop_on_sigterm() -> None:
+    """Install the SIGTERM handling described in the module's docstring (main thread only;
+    a second call does nothing)."""
+    global _stopper_installed
+    if _stopper_installed or threading.current_thread() is not threading.main_thread():
+        return
+
+    def unwind(signum, frame):
+        raise Terminated(f"signal {signum}")
+
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    signal.signal(signal.SIGTERM, unwind)
+    signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+    threading.Thread(target=_watch, args=(read_end,), name="basis-sigterm-watcher", daemon=True).start()
+    _stopper_installed = True
+
+
+def _watch(read_end: int) -> None:
+    """Wait for SIGTERM's byte on the wake-up pipe; then give the main thread
+    :data:`GRACE_S` seconds to unwind and end the process if it has not."""
+    while True:
+        try:
+            received = os.read(read_end, 64)
+        except InterruptedError:
+            continue
+        if not received:
+            return
+        if signal.SIGTERM in received:
+            break
+    threading.Event().wait(GRACE_S)
+    print(
+        f"error: stopped by signal {int(signal.SIGTERM)} during a long computation; "
+        "ended without waiting for it (its MLflow run is closed as KILLED, partial outputs removed)",
+        file=sys.stderr,
+        flush=True,
+    )
+    with _clean_ups_lock:
+        clean_ups = list(_clean_ups.values())
+    for clean_up in reversed(clean_ups):
+        try:
+            clean_up()
+        except Exception as err:  # the process ends either way; say what was not cleaned
+            print(f"error: a clean-up after the stop failed: {err}", file=sys.stderr, flush=True)
+    os._exit(STOPPED_STATUS)
