@@ -30,8 +30,10 @@ class AlignmentResult:
     when no RANSAC hypothesis had enough inliers and T was fitted on all anchors;
     ``n_hypotheses`` the RANSAC hypotheses drawn, ``n_rejected`` those rejected because
     their map blew the anchors up (see :data:`MAX_GAIN`), ``n_refits`` the refits on the
-    inliers until the inlier set stopped changing. From :class:`RansacSearch` the flag and
-    the counts are 0-dim tensors on the device; :meth:`on_host` reads them.
+    inliers until the inlier set stopped changing; ``unsure`` is True when the search
+    ended short of its confidence (it drew ``max_iter`` hypotheses, fewer than its best
+    inlier ratio says that confidence needs). From :class:`RansacSearch` the flags and the
+    counts are 0-dim tensors on the device; :meth:`on_host` reads them.
     """
 
     transform: torch.Tensor
@@ -41,17 +43,25 @@ class AlignmentResult:
     n_hypotheses: int = 0
     n_rejected: int | torch.Tensor = 0
     n_refits: int | torch.Tensor = 0
+    unsure: bool | torch.Tensor = False
 
     def on_host(self) -> AlignmentResult:
-        """The same result with its flag and counts as Python numbers (one read)."""
-        fallback, rejected, refits = torch.stack(
+        """The same result with its flags and counts as Python numbers (one read)."""
+        fallback, rejected, refits, unsure = torch.stack(
             [
                 torch.as_tensor(v, device=self.transform.device).long()
-                for v in (self.fallback, self.n_rejected, self.n_refits)
+                for v in (self.fallback, self.n_rejected, self.n_refits, self.unsure)
             ]
         ).tolist()
         return AlignmentResult(
-            self.transform, self.inliers, self.residuals, bool(fallback), int(self.n_hypotheses), rejected, refits
+            self.transform,
+            self.inliers,
+            self.residuals,
+            bool(fallback),
+            int(self.n_hypotheses),
+            rejected,
+            refits,
+            bool(unsure),
         )
 
 
@@ -324,6 +334,7 @@ def ransac_affine(
     max_gain: float = MAX_GAIN,
     generator: torch.Generator | None = None,
     linear: bool = False,
+    strata: torch.Tensor | None = None,
 ) -> AlignmentResult:
     """Robust affine map from ``source`` anchors to ``target`` anchors by RANSAC (a linear
     map with ``linear``: then K anchors fix one instead of K+1).
@@ -337,7 +348,11 @@ def ransac_affine(
     the anchors are clean, a minimal K+1 = 11-anchor one down to 50 %, in general
     position). On a clustered embedding a sample fixes the map only if it holds every
     cluster: 20 anchors of 10 classes do about one time in five, K+1 = 11 anchors about
-    one in 500, so there minimal samples are the worse choice.
+    one in 500, so there minimal samples are the worse choice. Where the anchors' classes
+    are known (``strata``, one code per anchor), every sample holds one anchor of each
+    class and the rest drawn freely (stratified), so that every sample spans every cluster.
+    A search that ends at ``max_iter`` short of its confidence says so (``unsure``, and a
+    warning here).
 
     Each hypothesis measures its columns in the scale they have over *all* anchors, not
     over its own sample, and drops directions weaker than ``rcond`` of that
@@ -379,12 +394,15 @@ def ransac_affine(
         max_gain=max_gain,
         generator=generator,
         linear=linear,
+        strata=strata,
     )
     search.settle()
-    result = search.result()
+    result = search.result().on_host()
     if result.fallback:
         log.warning(search.describe_fallback())
-    return result.on_host()
+    if result.unsure:
+        log.warning(search.describe_shortfall())
+    return result
 
 
 def _hypotheses_needed(ratio: torch.Tensor, sample_size: int, confidence: float, usable: torch.Tensor) -> torch.Tensor:
@@ -437,6 +455,8 @@ class RansacSearch:
         batch_rounds: bool | None = None,
         first_draw: torch.Tensor | None = None,
         state: tuple[torch.Tensor, ...] | None = None,
+        strata: torch.Tensor | None = None,
+        n_strata: int | None = None,
     ):
         _check_anchors(source, target, linear)
         n_anchors, dim = source.shape
@@ -459,6 +479,7 @@ class RansacSearch:
         self.n_iter, self.max_iter, self.confidence, self.sample_size = n_iter, max_iter, confidence, sample_size
         self.generator = generator or torch.Generator(device=device).manual_seed(0)
         self.n_anchors = n_anchors
+        self.strata, self.n_strata = self._strata(strata, n_strata, n_anchors, sample_size, device)
         # Rounds at once where a read is a wait for the device; one at a time on the host,
         # where it costs nothing and a round's tensors stay in cache (the outcome is the same).
         self.batch_rounds = device.type == "cuda" if batch_rounds is None else batch_rounds
@@ -579,11 +600,33 @@ class RansacSearch:
         return transform, inliers, refits, candidate, refining & due
 
     # -- the search -------------------------------------------------------------------
+    @staticmethod
+    def _strata(strata, n_strata: int | None, n_anchors: int, sample_size: int, device) -> tuple:
+        """The anchors' class codes as a device tensor of 0..C-1 and C, or (None, 0) where
+        a sample cannot hold every class (more classes than ``sample_size``) or there is one
+        class. Codes given with their count ``n_strata`` are taken as they are (no read)."""
+        if strata is None:
+            return None, 0
+        strata = torch.as_tensor(strata).to(device=device, dtype=torch.int64)
+        if strata.shape != (n_anchors,):
+            raise InputError(f"strata must hold one class code per anchor ({n_anchors}), got {tuple(strata.shape)}")
+        if n_strata is None:  # codes of any values: renumbered on the host
+            codes = torch.unique(strata.cpu())
+            strata, n_strata = torch.searchsorted(codes.to(device), strata), len(codes)
+        return (strata, n_strata) if 1 < n_strata <= sample_size else (None, 0)
+
     def _draw(self, block: int, noise: torch.Tensor | None = None) -> torch.Tensor:
         """One round's samples: a random permutation per hypothesis (the argsort of its
-        uniform ``noise``, drawn here unless given), its first ``sample_size`` anchors."""
+        uniform ``noise``, drawn here unless given), its first ``sample_size`` anchors; with
+        ``strata``, each class's anchor of least noise comes first (noise is below 1), so
+        that every sample holds every class."""
         if noise is None:
             noise = self.first_noise(block, self.n_anchors, self.generator, self.source.device)
+        if self.strata is not None:
+            codes = self.strata.expand(len(noise), -1)
+            least = noise.new_full((len(noise), self.n_strata), 2.0)
+            least = least.scatter_reduce(1, codes, noise, "amin")
+            noise = noise - (noise == least.gather(1, codes)).to(noise.dtype)
         return noise.argsort(dim=1)[:, : self.sample_size]
 
     def _rounds(self, count: int = 1, first_draw: torch.Tensor | None = None) -> None:
@@ -715,10 +758,15 @@ class RansacSearch:
         optimisation (the best estimate of the clean share) and the share of samples that
         fixed the map so far; between ``n_iter`` and ``max_iter``. Elementwise: one value
         per round in :meth:`_rounds`."""
+        return self._confidence_needs(found, inlier_count, best_count, full_rank, drawn).clamp(
+            min=self.n_iter, max=self.max_iter
+        )
+
+    def _confidence_needs(self, found, inlier_count, best_count, full_rank, drawn) -> torch.Tensor:
+        """:meth:`_needed` before it is held between ``n_iter`` and ``max_iter``."""
         ratio = torch.where(found, inlier_count, best_count).double() / self.n_anchors
         usable = full_rank.clamp(min=1).double() / drawn
-        needed = _hypotheses_needed(ratio, self.sample_size, self.confidence, usable)
-        return needed.clamp(min=self.n_iter, max=self.max_iter)
+        return _hypotheses_needed(ratio, self.sample_size, self.confidence, usable)
 
     def _update_needed(self) -> None:
         self.needed = self._needed(self.found, self.inliers.sum(), self.best_count, self.full_rank, self.drawn)
@@ -762,23 +810,41 @@ class RansacSearch:
         residuals = torch.where(accept, best_residuals, self._errors(fallback))
         inliers = torch.where(accept, residuals < self.threshold, torch.ones_like(self.inliers))
         refits = torch.where(accept, self.refits, torch.zeros_like(self.refits))
+        unsure = self._confidence_needs(
+            self.found, self.inliers.sum(), self.best_count, self.full_rank, self.drawn
+        ) > max(self.drawn, self.n_iter)
         return AlignmentResult(
-            transform.to(self.dtype),
-            inliers,
-            residuals,
-            ~accept,
-            self.drawn,
-            self.rejected,
-            refits,
+            transform.to(self.dtype), inliers, residuals, ~accept, self.drawn, self.rejected, refits, unsure
         )
 
     def describe_fallback(self) -> str:
         """Why the search fell back, in words (reads the device: for the log only)."""
+        tally = (
+            f"best {int(self.best_count)} of {self.n_anchors} anchors within {float(self.threshold):g};"
+            f" {int(self.rejected)} of {self.drawn} hypotheses rejected as blown up"
+        )
+        if not bool(self.found):
+            reason = f"no hypothesis had a consensus of {self.consensus} inliers ({tally})"
+        elif float(alignment_gain(self.transform, self.source, self.target)) > self.max_gain:
+            reason = f"the best map ({int(self.inliers.sum())} inliers) blows the anchors up ({tally})"
+        else:
+            rms = float(self._errors(self.transform).pow(2).mean().sqrt())
+            reason = (
+                f"the best map ({int(self.inliers.sum())} inliers) misses the anchors by an RMS error of {rms:.3g},"
+                f" more than the targets' RMS norm {float(self.target_rms):.3g} (mapping them all to zero would"
+                " do better)"
+            )
+        return f"RANSAC: {reason}; falling back to least squares on all anchors"
+
+    def describe_shortfall(self) -> str:
+        """That the search ended short of its confidence, in words (reads the device)."""
+        needs = float(
+            self._confidence_needs(self.found, self.inliers.sum(), self.best_count, self.full_rank, self.drawn)
+        )
         return (
-            f"RANSAC: no hypothesis had a consensus of {self.consensus} inliers with a bounded map that explains"
-            f" the anchors (best {int(self.best_count)} of {self.n_anchors} at tolerance {float(self.threshold):g},"
-            f" {int(self.rejected)} of {self.drawn} hypotheses rejected as blown up); falling back to least squares"
-            " on all anchors"
+            f"RANSAC: {self.confidence:.0%} confidence needs about {needs:.0f} hypotheses at the best inlier ratio"
+            f" found ({int(self.inliers.sum() if bool(self.found) else self.best_count)} of {self.n_anchors}),"
+            f" {self.drawn} were drawn (ransac_max_iter); the map may be wrong"
         )
 
 

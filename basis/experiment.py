@@ -7,6 +7,16 @@ ACC of K-means on the output, each also as the authors' code computed it (see
 probes trained on the training split's output (a converged one, and the authors').
 SpecNet2's post-processing runs on the whole test set, as in the paper, and SpecNet2 is
 scored in its own basis as well.
+
+With ``evaluation: authors`` a run follows the authors' evaluation protocol instead
+(:func:`authors_split`): ``anchors_per_class`` anchors of every class are drawn from the
+*test* split (seeded) and put first in both the training set and the test set, every
+method trains on that training set, and BASiS uses those rows as its anchors, so its base
+batch and every training batch hold them. ``d_G_code`` is then the authors' d_G
+(:func:`basis.metrics.authors_grassmann_distance`): the test set's analytic embedding
+mapped into BASiS's base batch embedding through the anchors by the authors' RANSAC. A
+method without anchors has no base space (the authors' repository holds no baseline
+code); its ``d_G_code`` uses the test set's embedding as it is.
 """
 
 from __future__ import annotations
@@ -23,8 +33,11 @@ from basis.data import Dataset
 from basis.estimators import SpecNet2, SpectralEstimator, make_estimator
 from basis.graph import sparse_affinity
 from basis.references import analytic_embedding, load_reference
-from basis.settings import resolve_settings
+from basis.settings import EVALUATION_KEYS, resolve_settings
 from basis.timing import timed
+
+#: The authors' test anchors per class, for a method that has no ``anchors_per_class``.
+AUTHORS_ANCHORS_PER_CLASS = 25
 
 
 @dataclass
@@ -41,8 +54,27 @@ def build_estimator(method: str, data: Dataset, settings: dict[str, Any], **run:
     """``method``'s estimator with ``settings`` (its ``n_components`` defaulting to the
     data's classes) and the ``run`` options (seed, device, callback), which take precedence
     over a setting of the same name (a benchmark's shorter ``n_iter``)."""
-    params = {k: v for k, v in settings.items() if k not in ("eval", "n_components")}
+    params = {k: v for k, v in settings.items() if k not in EVALUATION_KEYS}
     return make_estimator(method, n_components=settings["n_components"] or data.n_classes, **{**params, **run})
+
+
+def authors_split(data: Dataset, per_class: int, seed: int) -> tuple[Dataset, np.ndarray]:
+    """The authors' evaluation split: ``per_class`` test points of every class (drawn with
+    ``seed``) put first in the training set (prepended) and in the test set (moved to the
+    front); returns that data set and the test set's new order (``X_test[order]``)."""
+    rng = np.random.default_rng(seed)
+    anchors = np.concatenate(
+        [rng.choice(np.flatnonzero(data.y_test == c), per_class, replace=False) for c in np.unique(data.y_test)]
+    )
+    order = np.concatenate([anchors, np.setdiff1d(np.arange(len(data.y_test)), anchors)])
+    split = Dataset(
+        data.name,
+        np.concatenate([data.X_test[anchors], data.X_train]),
+        np.concatenate([data.y_test[anchors], data.y_train]),
+        data.X_test[order],
+        data.y_test[order],
+    )
+    return split, order
 
 
 def check_method(method: str, data: Dataset, settings: dict[str, Any]) -> None:
@@ -71,7 +103,16 @@ def run_method(
     stored = reference
     if isinstance(reference, (str, Path)):
         stored = load_reference(reference, settings, n_components, data.X_test)
-    estimator = build_estimator(method, data, settings, seed=seed, device=device, callback=callback)
+    run = {"seed": seed, "device": device, "callback": callback}
+    authors = settings["evaluation"] == "authors"
+    if authors:
+        per_class = settings.get("anchors_per_class", AUTHORS_ANCHORS_PER_CLASS)
+        data, order = authors_split(data, per_class, seed)
+        # The graph is equivariant to the order of its nodes: the stored embedding's rows, reordered.
+        stored = None if stored is None else np.asarray(stored)[order]
+    estimator = build_estimator(method, data, settings, **run)
+    if authors and "anchor_indices" in estimator.get_params():
+        estimator.set_params(anchor_indices=list(range(per_class * data.n_classes)))
     start = time.perf_counter()
     with timed("train"):
         estimator.fit(data.X_train, data.y_train)
@@ -96,6 +137,11 @@ def run_method(
         seed=seed,
         n_init=ev["kmeans_n_init"],
     )
+    if authors:
+        with timed("d_G_code"):
+            base = getattr(estimator, "reference_anchor_embedding_", None)
+            base = None if base is None else base.detach().cpu().numpy()
+            result |= metrics.authors_grassmann_distance(test_embedding, reference_embedding, base, seed=seed)
     if isinstance(estimator, SpecNet2):  # scored in its own basis as well (see metrics.own_basis_grassmann_distance)
         with timed("d_G"):
             degrees = np.asarray(
@@ -114,8 +160,10 @@ def run_method(
             seed=seed,
         )
     errors = getattr(estimator, "alignment_errors_", None)
-    if errors:  # how well the batches were aligned (see BASiS.align)
+    if errors:  # how well the batches were aligned (see BASiS.align), and how sure RANSAC was
         result["alignment_error_median"], result["alignment_error_max"] = float(np.median(errors)), max(errors)
+        result["ransac_fallbacks"] = float(estimator.n_fallbacks_)
+        result["ransac_unsure_batches"] = float(estimator.n_unsure_)
     result["train_seconds"] = train_seconds
     params = {k: v for k, v in settings.items() if k != "eval"} | {"n_components": n_components}
     return RunResult(result, estimator, train_embedding, test_embedding, reference_embedding, params)

@@ -10,8 +10,9 @@ than one step, the step between them (``<measure>_colnorm``):
 measure             default (paper)           ``_colnorm`` (a step)       ``_code`` (authors)
 ==================  ========================  ==========================  ==============================
 Grassmann distance  QR of both bases          columns normalised only,    columns normalised only, against
-                                              against the reference       the reference aligned to the
-                                                                          output through test anchors
+                                              against the reference       the test set's reference aligned
+                                                                          into the base batch's space
+                                                                          (:func:`authors_grassmann_distance`)
 orthogonality       ||Y^T Y - I||_F^2 on the  squared, on columns         not squared, on columns
                     raw output Y              normalised to unit norm     normalised to unit norm
 NMI                 max-entropy normaliser    -                           arithmetic-mean normaliser
@@ -220,16 +221,13 @@ def evaluate_embedding(
     n_clusters: int | None = None,
     seed: int = 0,
     n_init: int = 10,
-    code_anchors_per_class: int = 25,
 ) -> dict[str, float]:
     """d_G (when a reference embedding is given), d_perp, NMI and ACC of one embedding,
     each by the paper's equation and, under ``<measure>_code``, as the authors' code
     computed it (the variant behind the paper's Table 1 numbers; see the module docs).
-
-    The authors scored d_G against the analytic embedding *aligned* to the network's
-    space through anchors: ``d_G_code`` is measured against :func:`align_reference`
-    with ``code_anchors_per_class`` anchors of every class (seeded with ``seed``);
-    ``d_G_colnorm`` is the same column-normalised distance against the reference as it is.
+    ``d_G_colnorm`` is the column-normalised distance against the reference as it is. The
+    authors' d_G (``d_G_code``) needs their evaluation protocol (the test anchors and the
+    base batch's embedding): :func:`authors_grassmann_distance`.
     """
     n_clusters = n_clusters or len(np.unique(labels))
     with timed("kmeans"):
@@ -245,34 +243,89 @@ def evaluate_embedding(
         with timed("d_G"):
             result["d_G"] = grassmann_distance(embedding, reference)
             result["d_G_colnorm"] = grassmann_distance(embedding, reference, variant="colnorm")
-        with timed("d_G_code"):
-            aligned = align_reference(reference, embedding, labels, per_class=code_anchors_per_class, seed=seed)
-            result["d_G_code"] = grassmann_distance(embedding, aligned, variant="code")
     return result
 
 
-def align_reference(
-    reference: np.ndarray, embedding: np.ndarray, labels: np.ndarray, *, per_class: int = 25, seed: int = 0
-) -> np.ndarray:
-    """The analytic ``reference`` mapped into the space of ``embedding`` by RANSAC through
-    ``per_class`` anchors of every class drawn from the evaluated points (seeded), as the
-    authors' evaluation aligned its ground truth (their anchors were test points); the
-    reference of ``d_G_code``. RANSAC takes :func:`basis.alignment.ransac_affine`'s
-    defaults."""
-    from basis.alignment import apply_affine, ransac_affine
+#: The authors' alignment of their evaluation (``AffineU``): hypotheses, anchors per
+#: hypothesis, and the row-wise L2 error under which an anchor is an inlier (absolute).
+AUTHORS_RANSAC = {"n_iter": 100, "sample_size": 20, "tolerance": 0.1}
+#: A column-normalised Grassmann value is a distance only between orthonormal bases. It is
+#: taken as one while both bases' squared off-diagonal cosine mass (``d_perp_colnorm``) is
+#: at most this; above it the value is marked, never ranked (its sign can even flip: every
+#: column a copy of one direction scores below 0).
+SKEW_LIMIT = 0.1
 
+
+def authors_affine_map(source: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """The authors' least-squares affine map (K x (K+1)) from ``source`` rows to ``target``
+    rows: both rounded to 4 decimals and cast to float32 first, as their code did."""
+    source = np.float32(np.round(np.asarray(source, dtype=np.float64), 4))
+    target = np.float32(np.round(np.asarray(target, dtype=np.float64), 4))
+    design = np.concatenate([source, np.ones((len(source), 1), dtype=np.float32)], axis=1)
+    return np.linalg.lstsq(design, target, rcond=None)[0].T
+
+
+def authors_ransac(
+    source: np.ndarray,
+    target: np.ndarray,
+    *,
+    n_iter: int = AUTHORS_RANSAC["n_iter"],
+    sample_size: int = AUTHORS_RANSAC["sample_size"],
+    tolerance: float = AUTHORS_RANSAC["tolerance"],
+    seed: int = 0,
+) -> tuple[np.ndarray, int]:
+    """The authors' RANSAC over affine maps from anchor rows ``source`` to ``target``:
+    ``n_iter`` hypotheses, each fitted (:func:`authors_affine_map`) to ``sample_size``
+    anchors drawn without replacement; an anchor is an inlier when its row-wise L2 error is
+    below ``tolerance``; the first hypothesis with most inliers is refitted on them. Returns
+    the map and its inlier count. Where no hypothesis has an inlier (their code fails
+    there) the map is fitted on every anchor and the count is 0."""
+    source, target = np.asarray(source, dtype=np.float64), np.asarray(target, dtype=np.float64)
     rng = np.random.default_rng(seed)
-    labels = np.asarray(labels)
-    anchors = np.concatenate(
-        [
-            rng.choice(np.flatnonzero(labels == c), min(per_class, int(np.sum(labels == c))), replace=False)
-            for c in np.unique(labels)
-        ]
+    homogeneous = np.concatenate([source, np.ones((len(source), 1))], axis=1)
+    best = np.zeros(len(source), dtype=bool)
+    for _ in range(n_iter):
+        sample = rng.choice(len(source), size=min(sample_size, len(source)), replace=False)
+        mapped = homogeneous @ authors_affine_map(source[sample], target[sample]).T
+        inliers = np.linalg.norm(mapped - target, axis=1) < tolerance
+        if inliers.sum() > best.sum():
+            best = inliers
+    if not best.any():
+        return authors_affine_map(source, target), 0
+    return authors_affine_map(source[best], target[best]), int(best.sum())
+
+
+def authors_grassmann_distance(
+    embedding: np.ndarray,
+    reference: np.ndarray,
+    base_anchor_embedding: np.ndarray | None,
+    *,
+    seed: int = 0,
+) -> dict[str, float]:
+    """d_G as the authors' evaluation computed it (their ``modelEvaluataion``; the values
+    behind the paper's Table 1), with the test anchors as the first rows of the test set.
+
+    ``reference`` is the analytic embedding of the test set's own graph. With a
+    ``base_anchor_embedding`` (BASiS: the anchors' rows in the base batch's analytic
+    embedding, the space the network is trained into), the reference is mapped into that
+    space by :func:`authors_ransac` through its first ``len(base_anchor_embedding)`` rows;
+    the network's output plays no part in it. Without one (a method without anchors has no
+    base space) it is used as it is. Then K - ||Q1^T Q2||_F^2 on column-normalised bases
+    (:func:`grassmann_distance`, ``variant="code"``).
+
+    Returns ``d_G_code``, ``d_G_code_skew`` (the larger ``d_perp_colnorm`` of the two
+    bases: the value is a distance only up to :data:`SKEW_LIMIT`) and, with a base space,
+    ``d_G_code_inliers`` (the final map's inlier anchors; 0: no hypothesis had one).
+    """
+    embedding, reference = np.asarray(embedding, dtype=np.float64), np.asarray(reference, dtype=np.float64)
+    result = {}
+    if base_anchor_embedding is not None:
+        base = np.asarray(base_anchor_embedding, dtype=np.float64)
+        transform, inliers = authors_ransac(reference[: len(base)], base, seed=seed)
+        reference = np.concatenate([reference, np.ones((len(reference), 1))], axis=1) @ transform.T
+        result["d_G_code_inliers"] = float(inliers)
+    result["d_G_code"] = grassmann_distance(embedding, reference, variant="code")
+    result["d_G_code_skew"] = max(
+        orthogonality(embedding, variant="colnorm"), orthogonality(reference, variant="colnorm")
     )
-    source = torch.as_tensor(np.asarray(reference, dtype=np.float64))
-    target = torch.as_tensor(np.asarray(embedding, dtype=np.float64))
-    sample_size = min(max(20, source.shape[1] + 1), len(anchors))
-    fit = ransac_affine(
-        source[anchors], target[anchors], sample_size=sample_size, generator=torch.Generator().manual_seed(seed)
-    )
-    return apply_affine(fit.transform, source).numpy()
+    return result

@@ -11,7 +11,7 @@ from typing import Any
 from basis.catalog import FEATURE_SETS, TOY_SETS
 from basis.data import Dataset, load_dataset, load_inputs
 from basis.errors import InputError
-from basis.settings import resolve_settings
+from basis.settings import EVALUATION_KEYS, resolve_settings
 from basis.toy import TOY_GRAPH, three_moons_anchors
 
 
@@ -50,7 +50,7 @@ def feature_protocol(
     features = None if features_dir is None else Path(features_dir) / f"{dataset}.npz"
     data = load_inputs(dataset, features, seed=data_seed, root=data_root)
     settings = resolve_settings("basis", overrides=protocol or {}, dataset=dataset)
-    options = {k: v for k, v in settings.items() if k not in ("eval", "n_components")}
+    options = {k: v for k, v in settings.items() if k not in EVALUATION_KEYS}
     return data, options, settings
 
 

@@ -116,6 +116,13 @@ class GraphConfig:
 ADDED_DEFAULTS: dict[str, Any] = {"neighbors": "exact", "faiss_probe": None, "faiss_lists": None}
 
 
+#: Protocol keys that are not an estimator's parameters (how a run is evaluated, and the K
+#: that the estimator gets as ``n_components`` once the data's classes are known).
+EVALUATION_KEYS = ("eval", "evaluation", "n_components")
+#: The evaluation protocols of ``evaluation`` (see :mod:`basis.experiment`).
+EVALUATIONS = ("ours", "authors")
+
+
 def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise InputError(f"{name} must be one of {list(choices)}, got {value!r}")
@@ -130,6 +137,9 @@ PROTOCOL: dict[str, Any] = {
     "n_iter": 1000,
     "lr": 1e-4,
     "diffusion_time": 1.0,  # t of diffusion-map coordinates (operator "diffusion" only)
+    # "ours": anchors from the training split; "authors": the authors' evaluation protocol
+    # (anchors from the test split, d_G_code as their code computed it; basis.experiment)
+    "evaluation": "ours",
     "graph": GraphConfig().to_dict(),  # its defaults are the paper's
     "eval": {
         "kmeans_n_init": 10,
@@ -258,6 +268,8 @@ def _annotation(section: str, key: str, method: str) -> str:
         return type(PROTOCOL["eval"][key]).__name__
     if key == "n_components":
         return "int | None"  # None: as many as the data set has classes
+    if key == "evaluation":
+        return "str"
     return method_annotations(method)[key]
 
 
@@ -303,6 +315,7 @@ def resolve_settings(
             raise InputError(f"unknown key {dotted!r} for method {method!r}; valid: {valid}")
     # Checked early, and in its recorded form (neighbour-search fields at their default left out).
     settings["graph"] = GraphConfig.from_dict(settings["graph"]).to_dict()
+    _check_choice("evaluation", settings["evaluation"], EVALUATIONS)
     check_ranges(settings)
     return settings
 

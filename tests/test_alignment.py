@@ -479,3 +479,44 @@ def test_a_first_draw_serves_one_round_only(rng):
     search = RansacSearch(source, target, generator=generator, first_draw=noise)
     with pytest.raises(ValueError, match="one round"):
         search._rounds(2, first_draw=noise)
+
+
+def test_stratified_samples_hold_every_class(rng):
+    from basis.alignment import RansacSearch
+
+    classes = torch.as_tensor(np.repeat(np.arange(10), 25))
+    source, target, _, _ = clustered_anchors(rng)
+    search = RansacSearch(source, target, strata=classes, generator=torch.Generator().manual_seed(0))
+    samples = search._draw(200)
+    assert all(set(classes[row].tolist()) == set(range(10)) for row in samples)
+    assert samples.shape == (200, 20) and all(len(set(row.tolist())) == 20 for row in samples)
+    # fewer hypotheses than uniform samples at the same inlier ratio (a uniform one misses a class 4 times in 5)
+    source, target, _, is_outlier = clustered_anchors(rng, outliers=0.2)
+    stratified = ransac_affine(source, target, strata=classes, generator=torch.Generator().manual_seed(0))
+    uniform = ransac_affine(source, target, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(stratified.inliers, ~is_outlier) and torch.equal(uniform.inliers, ~is_outlier)
+    assert stratified.n_hypotheses < uniform.n_hypotheses
+
+
+def test_a_search_that_ends_short_of_its_confidence_says_so(rng, caplog):
+    """40 % of the anchors wrong: 99 % confidence needs far more than 300 hypotheses; the
+    map returned is flagged and the log says why. A clean search is not flagged."""
+    source, target, _, _ = clustered_anchors(rng, outliers=0.4)
+    short = ransac_affine(source, target, max_iter=300, generator=torch.Generator().manual_seed(0))
+    assert short.unsure and short.n_hypotheses == 300
+    assert "confidence needs about" in caplog.text and "300 were drawn" in caplog.text
+    source, target, _, _ = clustered_anchors(rng)
+    assert not ransac_affine(source, target, generator=torch.Generator().manual_seed(0)).unsure
+
+
+def test_a_fallback_names_the_reason_it_fell_back(rng, caplog):
+    """Half the anchors mapped exactly, half to the opposite point: the true map has a
+    consensus of 125, but misses the others by twice their norm, worse than mapping all
+    to zero; the message says that, not that no hypothesis had a consensus."""
+    T = _random_affine(rng, 3)
+    source = torch.as_tensor(rng.normal(size=(250, 3)))
+    target = apply_affine(T, source)
+    target[125:] *= -1
+    result = ransac_affine(source, target, sample_size=5, generator=torch.Generator().manual_seed(0))
+    assert result.fallback
+    assert "misses the anchors by an RMS error" in caplog.text and "no hypothesis had" not in caplog.text

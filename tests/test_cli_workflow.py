@@ -42,11 +42,14 @@ def test_run_prints_the_documented_json(tmp_path):
         "eval.authors_probe_epochs=2",
         "--set",
         "anchors_per_class=5",
+        "--set",
+        "evaluation=authors",
     )
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     scores = {"d_G", "d_G_code", "d_G_colnorm", "d_perp", "d_perp_code", "d_perp_colnorm", "nmi", "nmi_code", "acc"}
     scores |= {"accuracy", "accuracy_authors", "alignment_error_median", "alignment_error_max"}
+    scores |= {"d_G_code_skew", "d_G_code_inliers", "ransac_fallbacks", "ransac_unsure_batches"}
     assert set(result) == scores | {"train_seconds", "device"}
     assert 0 <= result["d_G"] <= 4 and result["device"] == "cpu"
     # metrics.json holds the scores only: the same seed writes the same file

@@ -33,8 +33,9 @@ def test_paper_table_is_complete():
 
 def _both_variants(values, equation_offset=0.0):
     """The same numbers under the code variants' keys and, shifted, under the equations' (and
-    their column-normalised steps)."""
+    their column-normalised steps; bases orthogonal enough for d_G_code to be a distance)."""
     steps = {f"{m}_colnorm": values[m] + equation_offset for m in ("d_G", "d_perp") if m in values}
+    steps |= {"d_G_code_skew": 0.01} if "d_G" in values else {}
     return {
         **{PAPER_VARIANT[m]: v for m, v in values.items()},
         **{m: v + equation_offset for m, v in values.items()},
@@ -116,9 +117,28 @@ def test_one_run_prints_its_value_and_an_unmeasured_cell_a_dash():
     summary = sweep_summary(runs, by="dataset", measures=ABLATION_MEASURES).rename(columns={"method": "alignment"})
     table = ablation_markdown(summary)
     assert "nan" not in table
-    assert "| digits | ransac | 1 | 0.437 | 0.950 | 0.970 | 0.058 | 0.066 |" in table
-    assert "| digits | none | 1 | 1.330 | 0.900 | 0.930 | – | – |" in table
+    assert "| digits | ransac | 1 | 0.437 | – | – | 0.950 | 0.970 | 0.058 | 0.066 | – | – |" in table
+    assert "| digits | none | 1 | 1.330 | – | – | 0.900 | 0.930 | – | – | – | – |" in table
     two = _runs(
         {("digits", "basis"): _both_variants({"d_G": 0.1, "d_perp": 0.2, "nmi": 0.9, "acc": 0.9, "accuracy": 90})}
     )
     assert "0.100 ± 0.001" in table_markdown(summarize(two))
+
+
+def test_a_column_normalised_d_g_of_a_skewed_output_is_marked_and_never_ranked():
+    """The collapsed output's d_G_code (every column one direction: below the reference's)
+    would win the column; it is marked as not a distance, not bolded, and not compared."""
+    good = {"d_G": 0.3, "d_perp": 0.05, "nmi": 0.9, "acc": 0.9, "accuracy": 90.0}
+    collapsed = {**good, "d_G": -9.0, "d_perp": 90.0}
+    runs = _runs({("mnist", "basis"): _both_variants(good), ("mnist", "specnet2"): _both_variants(collapsed)})
+    runs.loc[runs["method"] == "specnet2", "d_G_code_skew"] = 90.0
+    summary = summarize(runs)
+    code_table = table_markdown(summary).split("### ")[2]
+    header = code_table.splitlines()[2]
+    assert header.index("d_G_code") < header.index("d_perp_colnorm") < header.index("d_perp_code")
+    specnet2 = next(line for line in code_table.splitlines() if "| specnet2 |" in line)
+    basis = next(line for line in code_table.splitlines() if "| basis |" in line)
+    assert "-9.000 ± 0.001 †" in specnet2 and "**-9.000" not in specnet2
+    assert "**0.300 ± 0.001**" in basis  # the best d_G_code among the distances
+    row = _row(comparison_markdown(summary), "mnist", "specnet2", "d_G")
+    assert "not a distance (skew 90.000)" in row and "**no**" not in row and "| yes |" not in row

@@ -88,7 +88,8 @@ def test_progress_prints_at_most_one_line_per_interval_and_always_the_last(clock
 
 def test_a_json_job_logs_its_phases_on_stderr_and_only_its_result_on_stdout(tmp_path, capsys):
     code = main(
-        ["run", "--dataset", "two_moons", "--method", "basis", "--set", "n_iter=3", "--out", str(tmp_path), "--json"]
+        ["run", "--dataset", "two_moons", "--method", "basis", "--set", "n_iter=3", "--set", "evaluation=authors"]
+        + ["--set", "anchors_per_class=10", "--out", str(tmp_path), "--json"]
     )
     assert code == 0
     captured = capsys.readouterr()

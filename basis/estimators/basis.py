@@ -3,6 +3,7 @@ to one reference through anchor nodes."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,7 @@ from basis.spectral import SubspaceEigensolver, component_labels, count_roots, e
 
 #: ``eigensolver`` values: how the batches that are aligned are solved.
 EIGENSOLVERS = ("auto", "exact", "subspace")
+log = logging.getLogger(__name__)
 
 
 @register("basis")
@@ -77,6 +79,13 @@ class BASiS(SpectralEstimator):
         anchors' RMS row norm by default (0.25; see :func:`basis.alignment.inlier_threshold`);
         the authors used an absolute one (``ransac_tolerance=0.1,
         ransac_tolerance_mode="absolute"``; three moons: 5 anchors per sample and 0.01).
+        A batch whose search drew ``ransac_max_iter`` hypotheses short of its confidence
+        is counted in ``n_unsure_`` (a warning at the end of ``fit``).
+    ransac_sampling : {"stratified", "uniform"}
+        ``stratified`` (where the anchors' classes are known and a sample can hold them
+        all): every RANSAC sample holds one anchor of each class, the rest drawn freely; on
+        clustered embeddings a sample that misses a class cannot fix the map. ``uniform``:
+        the authors' draw.
     alignment_map : {"affine", "linear"}
         The map each batch is aligned by: the paper's affine map, or a linear one (beyond
         the paper). Where the trivial eigenvector is kept, two batches' eigenvectors are
@@ -140,6 +149,7 @@ class BASiS(SpectralEstimator):
         ransac_sample_size: int = 20,
         ransac_tolerance: float = 0.25,
         ransac_tolerance_mode: str = "relative",
+        ransac_sampling: str = "stratified",
         alignment_map: str = "affine",
         reference: str = "first_batch",
         reference_batches: int = 10,
@@ -161,6 +171,7 @@ class BASiS(SpectralEstimator):
         self.ransac_sample_size = ransac_sample_size
         self.ransac_tolerance = ransac_tolerance
         self.ransac_tolerance_mode = ransac_tolerance_mode
+        self.ransac_sampling = ransac_sampling
         self.alignment_map = alignment_map
         self.reference = reference
         self.reference_batches = reference_batches
@@ -191,6 +202,8 @@ class BASiS(SpectralEstimator):
             raise InputError(
                 f"ransac_tolerance_mode must be one of {list(TOLERANCE_MODES)}, got {self.ransac_tolerance_mode!r}"
             )
+        if self.ransac_sampling not in ("stratified", "uniform"):
+            raise InputError(f"ransac_sampling must be 'stratified' or 'uniform', got {self.ransac_sampling!r}")
 
     def check_input(self, X: Any, y: Any = None) -> tuple[np.ndarray, np.ndarray | None]:
         """Also the anchors against the data: the classes they are drawn from, and their
@@ -250,7 +263,11 @@ class BASiS(SpectralEstimator):
         self.anchor_indices_ = anchors.to(self.device_)
         self.class_codes_ = None if y is None else torch.as_tensor(np.unique(y, return_inverse=True)[1])
         self.ransac_generator_ = torch.Generator(device=self.device_).manual_seed(self.seed + 1)
-        self.n_fallbacks_ = self.n_redrawn_batches_ = self.n_exact_redos_ = 0
+        self.n_fallbacks_ = self.n_unsure_ = self.n_redrawn_batches_ = self.n_exact_redos_ = 0
+        self.anchor_strata_ = None  # the anchors' class codes, for stratified RANSAC samples
+        if self.ransac_sampling == "stratified" and self.class_codes_ is not None:
+            codes = np.unique(self.class_codes_[anchors.cpu()].numpy(), return_inverse=True)[1]
+            self.anchor_strata_ = (torch.as_tensor(codes, device=self.device_), int(codes.max()) + 1)
         self.alignment_errors_: list[float] = []
         subspace = self.eigensolver == "subspace" or (self.eigensolver == "auto" and self.device_.type == "cuda")
         n_eig = self.n_components + int(self.drop_trivial)
@@ -385,6 +402,7 @@ class BASiS(SpectralEstimator):
         search.settle()
         result = search.result().on_host()
         self.n_fallbacks_ += int(result.fallback)
+        self.n_unsure_ += int(result.unsure)
         return result
 
     def _search(self, source: torch.Tensor, target: torch.Tensor, **first_round: Any) -> RansacSearch | None:
@@ -392,12 +410,19 @@ class BASiS(SpectralEstimator):
         ``first_round``: its ``first_draw`` or ``state`` (see :class:`~basis.alignment.RansacSearch`)."""
         if self.alignment == "lstsq":
             return None
+        strata, n_strata = self.anchor_strata_ or (None, None)
         return RansacSearch(
-            source, target, **self.ransac_options(), linear=self.alignment_map == "linear", **first_round
+            source,
+            target,
+            **self.ransac_options(),
+            linear=self.alignment_map == "linear",
+            strata=strata,
+            n_strata=n_strata,
+            **first_round,
         )
 
     #: The diagnostics :meth:`align` returns, in the order of :meth:`_alignment_readings`.
-    DIAGNOSTICS = ("inlier_fraction", "ransac_rejected", "aligned_norm_ratio", "alignment_error", "fallback")
+    DIAGNOSTICS = ("inlier_fraction", "ransac_rejected", "aligned_norm_ratio", "alignment_error", "fallback", "unsure")
 
     def _alignment_readings(
         self, phi_batch: torch.Tensor, clean_slots: torch.Tensor | None, search: RansacSearch | None = None
@@ -445,6 +470,7 @@ class BASiS(SpectralEstimator):
                 rms_row_norm(aligned) / reference_rms,
                 ((misses * clean).sum() / clean.sum()).sqrt() / reference_rms,
                 torch.as_tensor(result.fallback, device=misses.device).double(),
+                torch.as_tensor(result.unsure, device=misses.device).double(),
             ]
         )
         return aligned, readings
@@ -453,6 +479,7 @@ class BASiS(SpectralEstimator):
         """The diagnostics read from :meth:`_alignment_readings`, counted and as step info."""
         readings = dict(zip(self.DIAGNOSTICS, values))
         self.n_fallbacks_ += int(readings.pop("fallback"))
+        self.n_unsure_ += int(readings.pop("unsure"))
         self.alignment_errors_.append(readings["alignment_error"])
         return {**readings, "ransac_hypotheses": float(n_hypotheses)}
 
@@ -599,6 +626,15 @@ class BASiS(SpectralEstimator):
                 for name, value in self.model_.named_parameters():
                     value.copy_(averaged[name])
             del self.averaged_weights_
+        if getattr(self, "n_unsure_", 0):
+            log.warning(
+                "RANSAC ended short of its %s confidence in %d of %d aligned batches (ransac_max_iter=%d reached):"
+                " their maps may be wrong; see ransac_unsure_batches",
+                f"{self.ransac_confidence:.0%}",
+                self.n_unsure_,
+                len(self.alignment_errors_),
+                self.ransac_max_iter,
+            )
         return super().finish()
 
     def _batch_loss(self, batch, timer: StepTimer) -> tuple[torch.Tensor, dict[str, float]]:
