@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import math
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from basis.errors import InputError
 from basis.studies import Figure, Study
@@ -203,16 +205,27 @@ def study_runs(name: str, section: dict) -> dict[str, dict]:
         if missing:
             raise InputError(f"{where} needs a section per run; missing {missing}")
         jobs = {run: {**shared, **(section[run] or {})} for run in runs}
-    valid, annotations = study_parameters(name), study_annotations(name)
+    valid = study_parameters(name)
     for run, settings in jobs.items():
         for key, value in settings.items():
             if key not in valid:
                 raise InputError(f"{where}: {name} takes no setting {key!r}; valid: {sorted(valid)}")
             try:
-                check_value(key, value, annotations[key])
+                check_study_setting(name, key, value)
             except InputError as err:
                 raise InputError(f"{where}{f' ({run})' if run else ''}: {err}") from None
     return jobs
+
+
+def check_study_setting(name: str, key: str, value: Any) -> None:
+    """One setting of study ``name``: of the type its parameter is annotated with, finite
+    where it is a number, and at least 1 where it is a count (``n_*``)."""
+    check_value(key, value, study_annotations(name)[key])
+    values = value if isinstance(value, (list, tuple)) else [value]
+    if any(isinstance(v, float) and not math.isfinite(v) for v in values):
+        raise InputError(f"{key}={value!r} is not a finite number")
+    if key.startswith("n_") and any(isinstance(v, int) and not isinstance(v, bool) and v < 1 for v in values):
+        raise InputError(f"{key}={value!r} is out of range: expected a count >= 1")
 
 
 def study_folder(name: str, run: str = "") -> str:

@@ -16,7 +16,7 @@ import numpy as np
 
 from basis.catalog import DATASETS, method_names
 from basis.errors import InputError, Terminated
-from basis.inputs import check_output, check_seed, check_store
+from basis.inputs import check_experiment_name, check_output, check_seed, check_store, release_outputs
 from basis.outputs import atomic_path, write_json
 from basis.settings import NEIGHBOR_BACKENDS, SPARSE_SOLVERS
 from basis.stopping import STOPPED_STATUS, stop_on_sigterm
@@ -190,7 +190,7 @@ def cmd_embed(args: argparse.Namespace) -> int:
     from basis.inputs import load_points
     from basis.serving import load_embedding
 
-    check_output(args.out, folder=False)
+    check_output(args.out, folder=False, suffix=".npy")
     inputs = load_points(args.input, images=bool(args.siamese))
     features = None
     if args.siamese:  # images -> the Siamese features the model was trained on
@@ -213,6 +213,8 @@ def cmd_embed(args: argparse.Namespace) -> int:
 def cmd_download(args: argparse.Namespace) -> int:
     from basis.data import load_dataset
 
+    if args.out:
+        check_output(args.out, folder=False, suffix=".json")
     data = load_dataset(args.dataset, seed=args.data_seed, root=args.data_root, download=True)
     summary = {
         "dataset": args.dataset,
@@ -222,8 +224,7 @@ def cmd_download(args: argparse.Namespace) -> int:
         "n_classes": data.n_classes,
     }
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(summary, indent=2))
+        write_json(args.out, summary)
     _print(summary, args.json)
     return 0
 
@@ -232,7 +233,7 @@ def cmd_reference(args: argparse.Namespace) -> int:
     from basis.settings import resolve_settings
 
     settings = resolve_settings("basis", assignments=args.set, dataset=args.dataset)
-    check_output(args.out, folder=False)
+    check_output(args.out, folder=False, suffix=".npz")
     from basis.data import load_inputs
     from basis.device import resolve_device
     from basis.references import save_reference
@@ -278,9 +279,9 @@ def cmd_features(args: argparse.Namespace) -> int:
 
     options = _options(args.set, ["out_dim", "margin", "n_steps", "pairs_per_step", "lr"], "features")
     SiameseFeatures(**options).check_params()
-    check_output(args.out, folder=False)
+    check_output(args.out, folder=False, suffix=".npz")
     if args.checkpoint:
-        check_output(args.checkpoint, folder=False, name="--checkpoint")
+        check_output(args.checkpoint, folder=False, name="--checkpoint", suffix=".pt")
     mark_startup()
     with timed("load"):
         data = load_dataset(args.dataset, seed=args.data_seed, root=args.data_root)
@@ -334,11 +335,11 @@ def cmd_features(args: argparse.Namespace) -> int:
 
 
 def cmd_study(args: argparse.Namespace) -> int:
-    from basis.catalog import check_value, study_annotations, study_parameters
+    from basis.catalog import check_study_setting, study_parameters
 
     options = _options(args.set, study_parameters(args.name), f"study {args.name!r}")
     for key, value in options.items():
-        check_value(key, value, study_annotations(args.name)[key])
+        check_study_setting(args.name, key, value)
     check_output(args.out, folder=True)
     from basis.device import resolve_device  # imports torch: after the checks that need none
 
@@ -383,7 +384,7 @@ def cmd_figure(args: argparse.Namespace) -> int:
     missing = [folder for folder in args.input if not (Path(folder) / "arrays.npz").is_file()]
     if missing:
         raise InputError(f"no arrays.npz in {missing}; run the study {study!r} first")
-    check_output(args.out, folder=False)
+    check_output(args.out, folder=False, suffix=".png")
     from basis.figures import check_study
 
     for folder in args.input:  # read whole once before a run opens (the drawing reads them again)
@@ -428,6 +429,9 @@ WARMUP_STEPS = 10
 def cmd_bench(args: argparse.Namespace) -> int:
     if args.what == "step" and args.iterations <= WARMUP_STEPS:
         raise InputError(f"--iterations {args.iterations}: needs more than the {WARMUP_STEPS} warm-up steps")
+    for flag in ("n", "d", "k", "k_eig"):
+        if getattr(args, flag) < 1:
+            raise InputError(f"--{flag.replace('_', '-')} {getattr(args, flag)}: expected a positive count")
     from basis import bench
     from basis.threads import thread_report
 
@@ -464,8 +468,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with its usage errors in one line (what was wrong, and where the help is),
+    exit status 2, like every other refused input."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m basis", description=__doc__)
+    parser = OneLineParser(prog="python -m basis", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="train one method on one data set and evaluate it")
@@ -636,8 +648,15 @@ def check_common(args: argparse.Namespace) -> None:
     ``runs:/`` model)."""
     check_seed(args.seed)
     check_seed(args.data_seed, "--data-seed")
-    if getattr(args, "track", None):
+    if getattr(args, "track", None) is not None:
+        check_experiment_name(args.track)
         check_store(args.store, creates=True)
+    if args.command == "run" and getattr(args, "siamese", None) and not Path(args.siamese).is_file():
+        raise InputError(f"--siamese {args.siamese} does not exist; name the features' Siamese checkpoint")
+    if args.command == "tracking" and (args.action == "setup" or Path(args.store).exists()):
+        check_store(args.store, creates=args.action == "setup")  # closing runs of no store closes none
+        if args.flag:
+            check_output(args.flag, folder=False, name="--flag")
     if args.command == "embed" and Path(args.model).suffix != ".pt" and not Path(args.model).is_file():
         check_store(args.store, creates=False)  # an MLflow model URI (runs:/..., models:/...)
 
@@ -671,3 +690,5 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+    finally:
+        release_outputs()

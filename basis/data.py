@@ -21,6 +21,7 @@ from sklearn.model_selection import train_test_split
 from basis import bunny, toy
 from basis.catalog import DATASETS, FEATURE_SETS, IMAGE_SETS  # noqa: F401 (the names, re-exported)
 from basis.errors import InputError
+from basis.inputs import check_path_length
 
 DEFAULT_ROOT = Path("resources/data")
 
@@ -280,6 +281,7 @@ def load_npz(path: str | Path, keys: tuple[str, ...], what: str) -> dict[str, np
     names the file, what it should be and what is wrong with it (missing, not an .npz,
     empty or truncated, keys missing). Pickled objects are refused."""
     path = Path(path)
+    check_path_length(path, what)
     if not path.is_file():
         raise InputError(f"{what} {path} does not exist")
     try:
@@ -301,6 +303,31 @@ def load_npz(path: str | Path, keys: tuple[str, ...], what: str) -> dict[str, np
 MAX_FEATURE_MAGNITUDE = 1e15
 
 
+def _check_feature_arrays(features: str | Path, data: dict[str, np.ndarray]) -> None:
+    """The types a features file's arrays must have: numeric points, integer labels of at
+    least two classes, points that are not all one value, a data set name and an integer
+    data seed."""
+    where = f"features file {features}"
+    if data["dataset"].ndim != 0 or data["dataset"].dtype.kind not in "US":
+        raise InputError(
+            f"{where}: dataset must be one name, got {data['dataset'].dtype} of shape {data['dataset'].shape}"
+        )
+    if data["data_seed"].ndim != 0 or data["data_seed"].dtype.kind not in "iu":
+        raise InputError(
+            f"{where}: data_seed must be one integer, got {data['data_seed'].dtype} of shape {data['data_seed'].shape}"
+        )
+    for split in ("train", "test"):
+        X, y = data[f"X_{split}"], data[f"y_{split}"]
+        if X.dtype.kind not in "iuf":
+            raise InputError(f"{where}: X_{split} holds {X.dtype} values; expected numbers")
+        if y.dtype.kind not in "iu":
+            raise InputError(f"{where}: y_{split} holds {y.dtype} values; expected integer class labels")
+    if len(np.unique(data["y_train"])) < 2:
+        raise InputError(f"{where}: y_train holds one class; a clustering needs at least two")
+    if data["X_train"].size and np.ptp(data["X_train"], axis=0).max() == 0:
+        raise InputError(f"{where}: every point of X_train is the same; the feature network learnt nothing")
+
+
 def load_inputs(
     dataset: str, features: str | Path | None = None, seed: int = 0, root: str | Path = "resources/data"
 ) -> Dataset:
@@ -308,6 +335,7 @@ def load_inputs(
     to belong to ``dataset`` and its split (``seed``), or the raw set."""
     if features is not None:
         data = load_npz(features, ("X_train", "y_train", "X_test", "y_test", "dataset", "data_seed"), "features file")
+        _check_feature_arrays(features, data)
         if str(data["dataset"]) != dataset or int(data["data_seed"]) != seed:
             raise InputError(
                 f"features file {features} holds {str(data['dataset'])!r} (data seed {int(data['data_seed'])}),"

@@ -9,3 +9,9 @@ class InputError(ValueError):
 
 class Terminated(BaseException):
     """The process was asked to stop (SIGTERM: a scheduler's cancel or time limit)."""
+
+
+class TrainingDiverged(InputError):
+    """The training loss stopped being a finite number: the settings (most often the
+    learning rate) or the inputs' scale make training diverge. Refused like bad input
+    (exit 2, one line), though it is found only once training runs."""

@@ -9,6 +9,7 @@ with status 2. Torch is imported only by :func:`load_checkpoint`.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pickle
 import tempfile
@@ -35,21 +36,68 @@ def check_seed(seed: Any, name: str = "--seed") -> int:
 
 def _nearest_existing(path: Path) -> Path:
     path = path.absolute()
-    while not path.exists() and path != path.parent:
+    while not _exists(path) and path != path.parent:
         path = path.parent
     return path
 
 
-def check_output(path: str | Path, *, folder: bool, name: str = "--out") -> None:
-    """Refuse, before any compute, an output that cannot be written as asked: a folder
-    that is a file (or the reverse), or a place where nothing can be created. The test
-    writes one temporary file in the nearest existing folder and removes it, so it also
-    holds for root, for whom permission bits do not count."""
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except OSError:  # e.g. a name too long to look up: nothing of that name can exist
+        return False
+
+
+#: A partial output is written beside its file as ``.<stem>.partial<suffix>`` (basis.outputs).
+_PARTIAL_EXTRA = len("..partial")
+
+
+def check_path_length(path: str | Path, name: str, *, extra: int = 0) -> None:
+    """Refuse a path the system cannot hold: a part longer than the file system's name
+    limit (``extra`` characters more where a partial file is written beside it) or a whole
+    path over its path limit. Without this, the first ``open`` or ``stat`` fails deep inside
+    a command."""
+    absolute = os.fsencode(Path(path).absolute())
+    existing = _nearest_existing(Path(path) if Path(path).is_absolute() else Path.cwd() / path)
+    try:
+        name_max, path_max = os.pathconf(existing, "PC_NAME_MAX"), os.pathconf(existing, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        name_max, path_max = 255, 4096
+    longest = max((len(part) for part in absolute.split(b"/")), default=0)
+    if longest + extra > name_max or len(absolute) + extra >= path_max:
+        raise InputError(
+            f"{name} {str(path)[:60]}... is too long for the file system (a name may have {name_max - extra}"
+            f" bytes here, a path {path_max - 1 - extra}); choose a shorter one"
+        )
+
+
+def check_output(
+    path: str | Path, *, folder: bool, name: str = "--out", suffix: str | None = None, claim: bool = True
+) -> None:
+    """Refuse, before any compute, an output that cannot be written as asked: a file
+    without the ``suffix`` it must have, a symbolic link (dangling or not: the result would
+    replace the link or land elsewhere), something that is not a regular file or folder (a
+    device such as /dev/null, a pipe), a folder that is a file (or the reverse), a name too
+    long for the file system, a place where nothing can be created, or (with ``claim``) an
+    output another basis command is writing now (:func:`claim_output`). The write test creates one
+    temporary file in the nearest existing folder and removes it, so it also holds for
+    root, for whom permission bits do not count."""
     target = Path(path)
+    kind = "folder" if folder else "file"
+    if not str(path):
+        raise InputError(f"{name} is empty; name the {kind} to write")
+    check_path_length(target, name, extra=0 if folder else _PARTIAL_EXTRA)
+    if target.is_symlink():
+        dangling = "a dangling symbolic link" if not target.exists() else "a symbolic link"
+        raise InputError(f"{name} {path} is {dangling}; name the {kind} itself")
     if folder and target.exists() and not target.is_dir():
         raise InputError(f"{name} {path} is an existing file; {name} names a folder for the results")
     if not folder and target.is_dir():
         raise InputError(f"{name} {path} is a folder; {name} names the file to write")
+    if not folder and target.exists() and not target.is_file():
+        raise InputError(f"{name} {path} is not a regular file (a device or a pipe); name a file to write")
+    if suffix is not None and target.suffix.lower() != suffix:
+        raise InputError(f"{name} {path} does not end in {suffix}; name the {suffix} {kind} to write")
     existing = _nearest_existing(target if folder else target.parent)
     if not existing.is_dir():
         raise InputError(f"{name} {path} lies under {existing}, which is a file, not a folder")
@@ -61,6 +109,41 @@ def check_output(path: str | Path, *, folder: bool, name: str = "--out") -> None
         ) from None
     os.close(descriptor)
     os.unlink(probe)
+    if claim:
+        claim_output(target, name)
+
+
+_claims: list[int] = []
+
+
+def claim_output(path: Path, name: str = "--out") -> None:
+    """Hold, until :func:`release_outputs` or the process's end, a lock on ``path`` (by its
+    absolute path, in a private folder of the temporary directory, so nothing is left
+    beside the results): a second basis command writing the same output at once is refused
+    instead of both writing it."""
+    import fcntl
+
+    folder = Path(tempfile.gettempdir()) / f"basis-outputs-{os.getuid()}"
+    key = hashlib.sha256(os.fsencode(path.absolute())).hexdigest()[:24]
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        descriptor = os.open(folder / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:
+        return  # no private place for locks: the output is written unguarded, as before
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(descriptor)
+        raise InputError(
+            f"{name} {path} is being written by another basis command now; wait for it or choose another"
+        ) from None
+    _claims.append(descriptor)
+
+
+def release_outputs() -> None:
+    """Release every output :func:`claim_output` holds (a command's end)."""
+    while _claims:
+        os.close(_claims.pop())
 
 
 def load_points(path: str | Path, *, name: str = "--input", images: bool = False) -> np.ndarray:
@@ -69,6 +152,7 @@ def load_points(path: str | Path, *, name: str = "--input", images: bool = False
     not empty. Pickled objects are never loaded."""
     path = Path(path)
     expected = "images (n x channels x height x width)" if images else "points (n x d)"
+    check_path_length(path, name)
     if not path.is_file():
         raise InputError(f"{name} {path} does not exist; expected a .npy array of {expected}")
     try:
@@ -100,6 +184,7 @@ def load_checkpoint(path: str | Path, what: str) -> dict[str, Any]:
     import torch
 
     path = Path(path)
+    check_path_length(path, what)
     if not path.is_file():
         raise InputError(f"{what} {path} does not exist")
     if not zipfile.is_zipfile(path):  # basis writes torch's zip format; nothing else is unpickled
@@ -116,7 +201,25 @@ def load_checkpoint(path: str | Path, what: str) -> dict[str, Any]:
         raise InputError(f"{what} {path} is not a readable checkpoint ({reason})") from None
     if not isinstance(state, dict):
         raise InputError(f"{what} {path} holds a {type(state).__name__}, not a checkpoint written by basis")
+    if not _all_finite(state):
+        raise InputError(f"{what} {path} holds NaN or infinite weights; retrain the model that wrote it")
     return state
+
+
+def _all_finite(value: Any) -> bool:
+    """Whether every floating-point tensor or array inside ``value`` (nested dicts, lists)
+    is finite."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return not value.is_floating_point() or bool(torch.isfinite(value).all())
+    if isinstance(value, np.ndarray):
+        return not np.issubdtype(value.dtype, np.floating) or bool(np.isfinite(value).all())
+    if isinstance(value, dict):
+        return all(_all_finite(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return all(_all_finite(v) for v in value)
+    return True
 
 
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -125,9 +228,11 @@ SQLITE_HEADER = b"SQLite format 3\x00"
 def check_store(store: str | Path, *, creates: bool) -> None:
     """A local MLflow store (a folder holding ``mlflow.db``) that can be used: not a file,
     its database an SQLite file, and, where the command writes (``creates``), writable.
-    Nothing to check when ``MLFLOW_TRACKING_URI`` names another store."""
+    With ``MLFLOW_TRACKING_URI`` set, that store is checked instead (:func:`check_tracking_uri`)."""
     if os.environ.get("MLFLOW_TRACKING_URI"):
+        check_tracking_uri(os.environ["MLFLOW_TRACKING_URI"])
         return
+    check_path_length(store, "--store")
     folder = Path(store)
     if folder.exists() and not folder.is_dir():
         raise InputError(f"--store {store} is a file; --store names the folder that holds mlflow.db")
@@ -147,4 +252,64 @@ def check_store(store: str | Path, *, creates: bool) -> None:
     elif not creates:
         raise InputError(f"--store {store} holds no mlflow.db; name the folder the runs were logged to")
     if creates:
-        check_output(folder, folder=True, name="--store")
+        check_output(folder, folder=True, name="--store", claim=False)  # a store is shared by design
+
+
+#: Database schemes MLflow accepts, and the module each one's driver is imported as.
+_DATABASE_DRIVERS = {"postgresql": "psycopg2", "mysql": "pymysql", "mssql": "pyodbc"}
+#: Seconds a tracking server has to accept a connection before it is called unreachable.
+SERVER_TIMEOUT_S = 5.0
+
+
+def check_tracking_uri(uri: str) -> None:
+    """An ``MLFLOW_TRACKING_URI`` that can be used: a server (http, https) that accepts a
+    connection within :data:`SERVER_TIMEOUT_S`; a SQLite file whose folder exists (MLflow
+    would create the folder, and put artifacts in ./mlruns); a database whose driver is
+    installed; or a local folder (file:)."""
+    import importlib.util
+    import socket
+    from urllib.parse import urlparse
+
+    parsed = urlparse(uri)
+    scheme = parsed.scheme.lower()
+    expected = "expected http(s)://host:port, sqlite:////absolute/path.db, file:///folder or a database URI"
+    if scheme in ("http", "https"):
+        if not parsed.hostname:
+            raise InputError(f"MLFLOW_TRACKING_URI {uri} names no host; {expected}")
+        try:
+            port = parsed.port or (443 if scheme == "https" else 80)
+            with socket.create_connection((parsed.hostname, port), timeout=SERVER_TIMEOUT_S):
+                pass
+        except (OSError, ValueError) as err:
+            raise InputError(
+                f"MLFLOW_TRACKING_URI {uri}: no tracking server answers there ({err}); start it or unset the variable"
+            ) from None
+    elif scheme == "sqlite":
+        database = Path(parsed.path[1:] if parsed.path.startswith("//") else parsed.path)
+        if not parsed.path or not database.parent.is_dir():
+            raise InputError(f"MLFLOW_TRACKING_URI {uri}: the folder of {database} does not exist; create it first")
+    elif scheme.split("+")[0] in _DATABASE_DRIVERS:
+        driver = _DATABASE_DRIVERS[scheme.split("+")[0]]
+        if importlib.util.find_spec(driver) is None:
+            raise InputError(f"MLFLOW_TRACKING_URI {uri} needs the {driver} driver: pip install {driver}")
+    elif scheme == "file" or (not scheme and uri.startswith("/")):
+        folder = Path(parsed.path or uri)
+        if folder.exists() and not folder.is_dir():
+            raise InputError(f"MLFLOW_TRACKING_URI {uri} is a file; a file store is a folder")
+    else:
+        raise InputError(f"MLFLOW_TRACKING_URI {uri} is not a tracking store URI; {expected}")
+
+
+#: MLflow keeps an experiment's name in a column of 500 characters; names stay well inside.
+MAX_EXPERIMENT_NAME = 200
+
+
+def check_experiment_name(name: str, flag: str = "--track") -> None:
+    """An MLflow experiment name: not empty, printable, at most :data:`MAX_EXPERIMENT_NAME` characters."""
+    if not name.strip():
+        raise InputError(f"{flag} is empty; name the MLflow experiment to log to")
+    if len(name) > MAX_EXPERIMENT_NAME or not name.isprintable():
+        raise InputError(
+            f"{flag} {name[:40]!r}... is not a usable experiment name:"
+            f" at most {MAX_EXPERIMENT_NAME} printable characters"
+        )

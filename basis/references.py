@@ -99,6 +99,10 @@ def load_reference(path: str | Path, settings: dict[str, Any], n_components: int
         raise InputError(
             f"reference {path}: its settings are not JSON ({err}); recompute it with basis reference"
         ) from None
+    if U.dtype.kind != "f" or not np.isfinite(U).all():
+        raise InputError(
+            f"reference {path} holds NaN, infinite or non-numeric values; recompute it with basis reference"
+        )
     if U.ndim != 2 or len(U) != len(X_test) or U.shape[1] != n_components:
         raise InputError(
             f"reference {path} holds an embedding of shape {U.shape}; this run needs ({len(X_test)}, {n_components})"

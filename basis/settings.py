@@ -9,6 +9,7 @@ assignments of the command line, naming any unknown key with the valid ones.
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -178,7 +179,8 @@ RANGES: dict[str, tuple] = {
     "n_iter": _at_least(1),
     "batch_size": _at_least(2),
     "n_components": _at_least(1),
-    "lr": _POSITIVE,
+    # Adam's step: at 1 or more every weight moves by its whole size per step
+    "lr": ((lambda value: 0 < value < 1), "in (0, 1)"),
     "diffusion_time": _POSITIVE,
     "eval.kmeans_n_init": _at_least(1),
     "eval.probe_C": _POSITIVE,
@@ -204,6 +206,12 @@ def check_ranges(settings: dict[str, Any]) -> None:
     ``eval`` keys are looked up as ``eval.<key>``. Values that are None (a default to be
     resolved later) pass."""
     flat = {**settings, **{f"eval.{k}": v for k, v in (settings.get("eval") or {}).items()}}
+    for key, value in flat.items():  # inf and nan pass every comparison's other side
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InputError(f"{key}={value!r} is not a finite number")
+    hidden = flat.get("hidden")
+    if isinstance(hidden, (list, tuple)) and not all(isinstance(w, int) and w >= 1 for w in hidden):
+        raise InputError(f"hidden={list(hidden)!r} is out of range: expected layer widths >= 1")
     for key, (test, expected) in RANGES.items():
         value = flat.get(key)
         if value is not None and not isinstance(value, bool) and not test(value):

@@ -1,5 +1,5 @@
 """How a command stops: SIGTERM (a scheduler's cancel or time limit, Snakemake stopping
-its jobs) is turned into :class:`basis.errors.Terminated` in the main thread, which
+its jobs) and SIGHUP (its terminal closed) are turned into :class:`basis.errors.Terminated` in the main thread, which
 unwinds: the command's MLflow run is closed as KILLED and no partial output is kept.
 
 Python runs that handler only between bytecodes, so a command inside one long C call (an
@@ -24,6 +24,8 @@ from basis.errors import Terminated
 
 #: Seconds the main thread has to unwind after SIGTERM before the watcher ends the process.
 GRACE_S = 0.5
+#: The signals that stop a command as a cancel does.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 #: The exit status of a command stopped by SIGTERM (128 + 15, as a shell reports it).
 STOPPED_STATUS = 128 + signal.SIGTERM
 
@@ -60,7 +62,8 @@ def stop_on_sigterm() -> None:
 
     read_end, write_end = os.pipe()
     os.set_blocking(write_end, False)
-    signal.signal(signal.SIGTERM, unwind)
+    for number in STOP_SIGNALS:
+        signal.signal(number, unwind)
     signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
     threading.Thread(target=_watch, args=(read_end,), name="basis-sigterm-watcher", daemon=True).start()
     _stopper_installed = True
@@ -76,7 +79,7 @@ def _watch(read_end: int) -> None:
             continue
         if not received:
             return
-        if signal.SIGTERM in received:
+        if any(number in received for number in STOP_SIGNALS):
             break
     threading.Event().wait(GRACE_S)
     print(

@@ -14,6 +14,7 @@ step), ``_next_batch`` (everything about a batch that does not need the network)
 from __future__ import annotations
 
 import inspect
+import math
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -31,7 +32,7 @@ from threadpoolctl import threadpool_limits
 
 from basis.capture import CapturedSegment
 from basis.device import resolve_device
-from basis.errors import InputError
+from basis.errors import InputError, TrainingDiverged
 from basis.graph import GraphConfig
 from basis.inputs import load_checkpoint
 from basis.models import HIDDEN_WIDTHS, SpectralMLP
@@ -337,12 +338,22 @@ class SpectralEstimator(TransformerMixin, BaseEstimator):
         if unread:
             self._deliver(unread, torch.stack([loss for _, loss, _, _ in unread]).tolist())
 
+    def _check_loss(self, step: int, value: float) -> None:
+        """Stop at once, with the step and the likely cause, where the loss stops being a
+        number (training has diverged; nothing after it would mean anything)."""
+        if not math.isfinite(value):
+            raise TrainingDiverged(
+                f"training diverged: the loss is {value} at step {step} of {type(self).__name__}"
+                f" (lr={getattr(self, 'lr', '?')}); lower lr or check the inputs' scale"
+            )
+
     #: Steps whose losses are read from the device together, by :meth:`fit_steps`.
     LOSS_BLOCK = 50
 
     def _deliver(self, steps: list, losses: list[float]) -> None:
         """Record a block of steps' losses, read from the device, and call back for each."""
         for value, (step, _, info, batch) in zip(losses, steps):
+            self._check_loss(step, value)
             self.loss_curve_.append(value)
             if self.callback is not None:
                 self.callback(step, {"loss": value, **info, **batch.timer.read()})
@@ -444,6 +455,7 @@ class SpectralEstimator(TransformerMixin, BaseEstimator):
         start = time.perf_counter()
         batch = batch if batch is not None else self.prepare_batch()
         loss, info = self._train_step(batch)
+        self._check_loss(len(self.loss_curve_), float(loss))
         self.loss_curve_.append(float(loss))
         ms_step = (time.perf_counter() - start) * 1e3
         return {"loss": self.loss_curve_[-1], **info, **batch.timer.read(), "ms_step": ms_step}

@@ -1,0 +1,235 @@
+"""Bad input by family (output paths, numbers, stores, data files, processes): every member
+each family generates is refused with exit status 2 and one line on stderr, without a
+traceback, before any training step, writing nothing anywhere and opening no MLflow run.
+
+The members are generated from the family's parts (suffixes, kinds of link, lengths,
+non-finite and absurd numbers, URIs, label types) and run through ``basis.cli.main`` in
+this process, so that the families stay within ``make test``'s time."""
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from basis import inputs, launcher
+
+COMMANDS_WITH_FILES = {  # command arguments before --out, and the suffix its --out must have
+    "embed": (["embed", "--model", "model.pt", "--input", "X.npy"], ".npy"),
+    "reference": (["reference", "--dataset", "blobs"], ".npz"),
+    "features": (["features", "--dataset", "digits", "--set", "n_steps=1"], ".npz"),
+    "figure": (["figure", "fig2_illustration", "--input", "toy"], ".png"),
+}
+
+
+def _tree(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+@pytest.fixture(autouse=True)
+def local_store(monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+
+
+def refused(argv: list[str], folder: Path, capsys, monkeypatch) -> str:
+    """Run ``python -m basis ARGV`` in ``folder`` and assert the family's promise; returns
+    the one line."""
+    monkeypatch.chdir(folder)
+    before = _tree(folder)
+    code = launcher.run_command(argv)
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2, (argv, err)
+    assert len(lines) == 1 and lines[0].startswith("error: "), (argv, err)
+    assert "Traceback" not in err
+    assert _tree(folder) == before, (argv, _tree(folder) - before)  # no output, partial, store or log
+    return lines[0]
+
+
+@pytest.fixture
+def folder(tmp_path):
+    """A working folder holding the inputs the commands need (a model, points, a study)."""
+    np.save(tmp_path / "X.npy", np.ones((4, 2)))
+    (tmp_path / "toy").mkdir()
+    np.savez(tmp_path / "toy" / "arrays.npz", x=np.ones(1))
+    (tmp_path / "model.pt").write_bytes(b"")
+    (tmp_path / "existing.npy").write_bytes(b"keep")
+    return tmp_path
+
+
+def _output_members(seed: int = 0) -> list[tuple[str, str, str]]:
+    """(command, kind of bad --out, expected words): every suffix fault for every command,
+    and a sample of the other kinds."""
+    rng = random.Random(seed)
+    members = []
+    for command, (_, suffix) in COMMANDS_WITH_FILES.items():
+        for bad in ("Y", "Y.txt", "Y" + (".npz" if suffix != ".npz" else ".npy")):
+            members.append((command, bad, f"does not end in {suffix}"))
+        members += [
+            (command, "/dev/null", "not a regular file"),
+            (command, "dangling", "dangling symbolic link"),
+            (command, "link", "is a symbolic link"),
+            (command, "long", "too long for the file system"),
+            (command, "claimed", "being written by another basis command"),
+        ]
+    return rng.sample(members, k=len(members))
+
+
+@pytest.mark.parametrize("command, kind, words", _output_members())
+def test_a_bad_output_path_is_refused_at_the_door(folder, capsys, monkeypatch, command, kind, words):
+    argv, suffix = COMMANDS_WITH_FILES[command]
+    out = {
+        "dangling": "dangling" + suffix,
+        "link": "link" + suffix,
+        "long": "x" * 300 + suffix,
+        "claimed": "claimed" + suffix,
+    }.get(kind, kind)
+    if kind == "dangling":
+        (folder / out).symlink_to(folder / "nowhere" / "missing")
+    if kind == "link":
+        (folder / out).symlink_to(folder / "existing.npy")
+    if kind == "claimed":  # another command holds the output
+        inputs.claim_output((folder / out).absolute())
+    try:
+        line = refused([*argv, "--out", out], folder, capsys, monkeypatch)
+    finally:
+        inputs.release_outputs()
+    assert words in line, line
+    assert (folder / "existing.npy").read_bytes() == b"keep"
+
+
+NUMBERS = [
+    ("lr", ["1e400", "nan", "-1e400", "1e30", "0", "-1"]),
+    ("hidden", ["[-5]", "[0, 16]"]),
+    ("batch_size", ["-3", "1"]),
+    ("n_iter", ["0", "-10"]),
+]
+
+
+@pytest.mark.parametrize("key, value", [(key, value) for key, values in NUMBERS for value in values])
+def test_a_number_that_means_nothing_is_refused_before_training(folder, capsys, monkeypatch, key, value):
+    argv = ["run", "--method", "basis", "--dataset", "two_moons", "--set", f"{key}={value}", "--out", "out"]
+    line = refused(argv, folder, capsys, monkeypatch)
+    assert key in line
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["study", "toy", "--set", "n_samples=-1", "--out", "toy_out"], "n_samples"),
+        (["study", "toy", "--set", "n_iter=0", "--out", "toy_out"], "n_iter"),
+        (["bench", "reference", "--n", "-5"], "--n -5"),
+        (["bench", "step", "--k", "0"], "--k 0"),
+        (["run", "--method", "basis", "--dataset", "two_moons", "--threads", "x", "--out", "o"], "invalid int"),
+    ],
+)
+def test_counts_below_one_are_refused(folder, capsys, monkeypatch, argv, words):
+    assert words in refused(argv, folder, capsys, monkeypatch)
+
+
+STORE_URIS = [
+    ("banana", "not a tracking store URI"),
+    ("postgresql://user@localhost/db", "needs the psycopg2 driver"),
+    ("http://127.0.0.1:9", "no tracking server answers"),
+    ("sqlite:////nonexistent/dir/x.db", "does not exist"),
+]
+
+
+@pytest.mark.parametrize("uri, words", STORE_URIS)
+def test_a_store_uri_that_cannot_be_used_is_refused(folder, capsys, monkeypatch, uri, words):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    argv = ["run", "--method", "basis", "--dataset", "two_moons", "--track", "exp", "--out", "out"]
+    assert words in refused(argv, folder, capsys, monkeypatch)
+    assert not Path("/nonexistent").exists()
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["run", "--method", "basis", "--dataset", "two_moons", "--track", "", "--out", "o"], "--track is empty"),
+        (["run", "--method", "basis", "--dataset", "two_moons", "--track", "e" * 1000, "--out", "o"], "experiment"),
+        (["tracking", "close-stale", "--store", "X.npy"], "is a file"),
+        (["tracking", "setup", "--store", "X.npy"], "is a file"),
+        (["tracking", "setup", "--store", "s", "--flag", "/dev/null/x.json"], "--flag"),
+    ],
+)
+def test_a_store_or_experiment_that_cannot_be_used_is_refused(folder, capsys, monkeypatch, argv, words):
+    assert words in refused(argv, folder, capsys, monkeypatch)
+
+
+def _features_file(folder: Path, **changes) -> str:
+    rng = np.random.default_rng(0)
+    arrays = {
+        "X_train": rng.normal(size=(40, 3)),
+        "y_train": np.arange(40) % 2,
+        "X_test": rng.normal(size=(20, 3)),
+        "y_test": np.arange(20) % 2,
+        "dataset": np.array("digits"),
+        "data_seed": np.array(0),
+    }
+    arrays.update(changes)
+    np.savez(folder / "features.npz", **arrays)
+    return "features.npz"
+
+
+DATA_MEMBERS = [
+    ({"y_train": np.array(["a", "b"] * 20)}, "integer class labels"),
+    ({"y_train": np.zeros(40, dtype=int)}, "one class"),
+    ({"X_train": np.zeros((40, 3))}, "is the same"),
+    ({"data_seed": np.array("zero")}, "data_seed must be one integer"),
+    ({"data_seed": np.arange(3)}, "data_seed must be one integer"),
+    ({"X_train": np.array([["a", "b", "c"]] * 40)}, "expected numbers"),
+]
+
+
+@pytest.mark.parametrize("changes, words", DATA_MEMBERS)
+def test_a_features_file_that_cannot_be_clustered_is_refused(folder, capsys, monkeypatch, changes, words):
+    features = _features_file(folder, **changes)
+    argv = ["run", "--method", "basis", "--dataset", "digits", "--features", features, "--out", "out"]
+    assert words in refused(argv, folder, capsys, monkeypatch)
+
+
+def test_a_reference_of_nans_and_a_checkpoint_of_nans_are_refused(folder, capsys, monkeypatch):
+    import torch
+
+    torch.save({"weights": torch.full((2, 2), float("nan"))}, folder / "nan.pt")
+    argv = ["embed", "--model", "nan.pt", "--input", "X.npy", "--out", "Y.npy"]
+    assert "NaN or infinite weights" in refused(argv, folder, capsys, monkeypatch)
+
+
+def test_a_run_whose_loss_turns_non_finite_stops_at_once_with_one_line(folder, capsys, monkeypatch):
+    """The loss read back at step 3 is NaN (a diverging run, made to order): the run stops
+    there, exit 2, one line naming the step and lr; no step after it is taken."""
+    from basis.estimators.base import SpectralEstimator
+
+    steps = []
+    train_step = SpectralEstimator._train_step
+
+    def diverging(self, batch):
+        loss, info = train_step(self, batch)
+        steps.append(len(steps))
+        return (loss * float("nan") if len(steps) > 3 else loss), info
+
+    monkeypatch.setattr(SpectralEstimator, "_train_step", diverging)
+    monkeypatch.chdir(folder)
+    argv = ["run", "--method", "specnet1", "--dataset", "two_moons", "--set", "n_iter=200", "--out", "out"]
+    assert launcher.run_command(argv) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]  # after the job's progress lines
+    assert last.startswith("error: training diverged: the loss is nan at step 3") and "lr=0.001" in last
+    assert len(steps) < 200 and not (folder / "out").exists()
+
+
+def test_a_non_finite_loss_is_refused_with_its_step():
+    from basis.errors import TrainingDiverged
+    from basis.estimators import make_estimator
+
+    estimator = make_estimator("basis", n_components=2, lr=0.5)
+    with pytest.raises(TrainingDiverged, match=r"the loss is nan at step 7 of BASiS \(lr=0.5\)"):
+        estimator._check_loss(7, float("nan"))
+
+
+def test_threads_beyond_the_cores_are_capped_with_one_line(folder, capsys, monkeypatch):
+    from basis.threads import available_cores, limit_threads
+
+    assert limit_threads(10_000) == available_cores()
+    assert capsys.readouterr().err.count("\n") == 1
