@@ -223,6 +223,21 @@ def check_ranges(settings: dict[str, Any]) -> None:
         )
 
 
+def check_config_schema(config: dict, schema_path: str | Any, files: list[str]) -> None:
+    """The config against its JSON schema, the first violation as one line: the config
+    files, the key path, what was expected and what was given (an InputError); the full
+    validation (and the schema's defaults) stays with Snakemake's ``validate``."""
+    import jsonschema
+    import yaml
+
+    with open(schema_path) as handle:
+        schema = yaml.safe_load(handle)
+    error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(config))
+    if error is not None:
+        where = ".".join(str(part) for part in error.absolute_path) or "(top level)"
+        raise InputError(f"config {', '.join(map(str, files)) or '(--config)'}: {where}: {error.message}")
+
+
 def check_yaml_file(path: str | Any) -> None:
     """Refuse a YAML file in which a mapping states one key twice (YAML loaders keep the
     last silently): an InputError naming the key and both lines."""

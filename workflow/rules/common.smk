@@ -19,11 +19,13 @@ from basis.catalog import (
     study_names,
     study_runs,
 )
-from basis.settings import check_yaml_file, resolve_settings
+from basis.settings import check_config_schema, check_yaml_file, resolve_settings
 from basis.tracking import config_hash, store_identity
 
 for configfile_path in workflow.configfiles:  # a key given twice would silently keep the last
     check_yaml_file(configfile_path)
+# The first violation in one line; Snakemake's validate would print the whole schema with it.
+check_config_schema(config, Path(workflow.current_basedir) / "../schemas/config.schema.yaml", workflow.configfiles)
 validate(config, schema="../schemas/config.schema.yaml")
 
 STAGES = ("features", "references", "runs", "studies", "sensitivity", "ablation", "paper")
@@ -318,13 +320,23 @@ def check_config():
             f"config: experiments.knn.methods {unknown_methods} are not in methods {sorted(config['methods'])}"
         )
     # the ablation's BASiS runs: its settings on top of each data set's protocol
+    # (in the job's order: the protocol's --set first, the ablation's after, winning)
     for dataset in ABLATION["datasets"]:
         protocol = [] if dataset in TOY_SETS else settings_for("basis")
-        overrides = {**ABLATION.get("settings", {}), "alignment": "ransac"}
+        ablation = assignments({**ABLATION.get("settings", {}), "alignment": "ransac"})
         try:
-            resolve_settings("basis", overrides=overrides, assignments=protocol, dataset=dataset)
+            resolve_settings("basis", assignments=[*protocol, *ablation], dataset=dataset)
         except ValueError as err:
             raise ValueError(f"config: experiments.ablation.settings: {err}") from None
+    # the variants study's BASiS protocol on image and feature sets
+    variants = STUDIES_CONFIG.get("variants", {}).get("settings", {})
+    if variants.get("protocol") is not None:
+        if not isinstance(variants["protocol"], dict):
+            raise ValueError("config: experiments.variants.settings.protocol must be a mapping of protocol keys")
+        try:
+            resolve_settings("basis", overrides=variants["protocol"])
+        except ValueError as err:
+            raise ValueError(f"config: experiments.variants.settings.protocol: {err}") from None
 
 
 def reference_tags(wildcards, rule, variant=None):
