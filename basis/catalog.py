@@ -207,14 +207,29 @@ def study_runs(name: str, section: dict) -> dict[str, dict]:
         jobs = {run: {**shared, **(section[run] or {})} for run in runs}
     valid = study_parameters(name)
     for run, settings in jobs.items():
-        for key, value in settings.items():
-            if key not in valid:
-                raise InputError(f"{where}: {name} takes no setting {key!r}; valid: {sorted(valid)}")
-            try:
-                check_study_setting(name, key, value)
-            except InputError as err:
-                raise InputError(f"{where}{f' ({run})' if run else ''}: {err}") from None
+        unknown = sorted(set(settings) - set(valid))
+        if unknown:
+            raise InputError(f"{where}: {name} takes no setting {unknown[0]!r}; valid: {sorted(valid)}")
+        try:
+            check_study_settings(name, settings)
+        except InputError as err:
+            raise InputError(f"{where}{f' ({run})' if run else ''}: {err}") from None
     return jobs
+
+
+#: The class labels of every data set with classes to pick (the feature sets: ten each).
+CLASS_LABELS = {name: tuple(range(10)) for name in FEATURE_SETS}
+
+
+def check_study_settings(name: str, settings: dict[str, Any]) -> None:
+    """Study ``name``'s settings one by one (:func:`check_study_setting`), and ``classes``
+    against the labels of its ``dataset`` where those are known without loading it."""
+    for key, value in settings.items():
+        check_study_setting(name, key, value)
+    classes, labels = settings.get("classes"), CLASS_LABELS.get(settings.get("dataset"))
+    if classes and labels is not None and not set(classes) <= set(labels):
+        unknown = sorted(set(classes) - set(labels))
+        raise InputError(f"classes {unknown} are not labels of {settings['dataset']} ({labels[0]}-{labels[-1]})")
 
 
 def check_study_setting(name: str, key: str, value: Any) -> None:

@@ -335,11 +335,10 @@ def cmd_features(args: argparse.Namespace) -> int:
 
 
 def cmd_study(args: argparse.Namespace) -> int:
-    from basis.catalog import check_study_setting, study_parameters
+    from basis.catalog import check_study_settings, study_parameters
 
     options = _options(args.set, study_parameters(args.name), f"study {args.name!r}")
-    for key, value in options.items():
-        check_study_setting(args.name, key, value)
+    check_study_settings(args.name, options)
     check_output(args.out, folder=True)
     from basis.device import resolve_device  # imports torch: after the checks that need none
 

@@ -199,6 +199,11 @@ def test_bad_config_stops_before_any_job(workdir):
             "experiments.variants.settings.protocol: unknown key 'n_itre'",
         ),
         ("seeds: 10\n", "seeds: 1000000000000\n", "seeds: 1000000000000 is greater than the maximum of 1000"),
+        (
+            "anchors_per_class: 25,",
+            "classes: [4, 7, 11], anchors_per_class: 25,",
+            "classes [11] are not labels of mnist",
+        ),
     ],
 )
 def test_inconsistent_config_stops_before_any_job(workdir, old, new, message):
