@@ -189,8 +189,8 @@ def test_bad_config_stops_before_any_job(workdir):
         ("  specnet2: {}", "  specnet3: {}", "specnet3"),
         # the values the jobs would use, checked as the jobs take them
         (
-            "    seeds: 10\n    outlier_fraction",
-            "    seeds: 10\n    settings: {n_iter: 0}\n    outlier_fraction",
+            "settings: {evaluation: ours}",
+            "settings: {evaluation: ours, n_iter: 0}",
             "experiments.ablation.settings: n_iter=0 is out of range",
         ),
         (
