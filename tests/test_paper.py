@@ -142,3 +142,6 @@ def test_a_column_normalised_d_g_of_a_skewed_output_is_marked_and_never_ranked()
     assert "**0.300 ± 0.001**" in basis  # the best d_G_code among the distances
     row = _row(comparison_markdown(summary), "mnist", "specnet2", "d_G")
     assert "not a distance (skew 90.000)" in row and "**no**" not in row and "| yes |" not in row
+    assert "(d_G_code) †" in row
+    runs["dataset"] = "digits"  # no paper number: marked all the same
+    assert "(d_G_code) †" in _row(comparison_markdown(summarize(runs)), "digits", "specnet2", "d_G")
