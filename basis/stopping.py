@@ -70,20 +70,20 @@ def stop_on_sigterm() -> None:
 
 
 def _watch(read_end: int) -> None:
-    """Wait for SIGTERM's byte on the wake-up pipe; then give the main thread
+    """Wait for a stop signal's byte on the wake-up pipe; then give the main thread
     :data:`GRACE_S` seconds to unwind and end the process if it has not."""
-    while True:
+    stop = None
+    while stop is None:
         try:
             received = os.read(read_end, 64)
         except InterruptedError:
             continue
         if not received:
             return
-        if any(number in received for number in STOP_SIGNALS):
-            break
+        stop = next((number for number in received if number in STOP_SIGNALS), None)
     threading.Event().wait(GRACE_S)
     print(
-        f"error: stopped by signal {int(signal.SIGTERM)} during a long computation; "
+        f"error: stopped by signal {stop} during a long computation; "
         "ended without waiting for it (its MLflow run is closed as KILLED, partial outputs removed)",
         file=sys.stderr,
         flush=True,
