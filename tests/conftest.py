@@ -62,6 +62,14 @@ def run_snakemake(
     )
 
 
+def assert_refused(done: subprocess.CompletedProcess, message: str) -> None:
+    """A dry run refused its config or store as the README promises: exit status 2 and one
+    line naming the problem (beside Snakemake's notice of the profile it reads)."""
+    lines = [line for line in done.stderr.splitlines() if not line.startswith("Using workflow specific profile")]
+    assert done.returncode == 2, done.stderr
+    assert len(lines) == 1 and message in lines[0], done.stderr
+
+
 def pytest_configure(config):
     """Under pytest-xdist (``make test``), each worker runs on its own share of the cores,
     and so do the jobs it starts: they size their thread pools by the cores they may run on

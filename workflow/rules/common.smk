@@ -3,7 +3,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 # Import-light modules only: a dry run must not import torch (see basis/catalog.py).
@@ -19,13 +18,25 @@ from basis.catalog import (
     study_names,
     study_runs,
 )
+from basis.errors import InputError
 from basis.settings import check_config_schema, check_yaml_file, resolve_settings
 from basis.tracking import config_hash, store_identity
 
-for configfile_path in workflow.configfiles:  # a key given twice would silently keep the last
-    check_yaml_file(configfile_path)
-# The first violation in one line; Snakemake's validate would print the whole schema with it.
-check_config_schema(config, Path(workflow.current_basedir) / "../schemas/config.schema.yaml", workflow.configfiles)
+
+def refuse(message):
+    """Bad config or store: one line and exit status 2, before any job runs or any file is
+    written (an exception would reach the user in Snakemake's four-line framing, status 1)."""
+    print(message, file=sys.stderr)
+    sys.exit(2)
+
+
+try:
+    for configfile_path in workflow.configfiles:  # a key given twice would silently keep the last
+        check_yaml_file(configfile_path)
+    # The first violation in one line; Snakemake's validate would print the whole schema with it.
+    check_config_schema(config, Path(workflow.current_basedir) / "../schemas/config.schema.yaml", workflow.configfiles)
+except InputError as err:
+    refuse(str(err))
 validate(config, schema="../schemas/config.schema.yaml")
 
 STAGES = ("features", "references", "runs", "studies", "sensitivity", "ablation", "paper")
@@ -104,7 +115,7 @@ def check_store():
             state = "is not a readable MLflow database (corrupt, or another kind of file)"
         else:
             state = "is missing"
-        raise WorkflowError(
+        refuse(
             f"the MLflow store results/mlflow/mlflow.db {state}, so the runs behind results/ are not in it."
             f" Restore it, or delete {TRACKING_FLAG} to log every tracked job again into a new store"
             " (all of them rerun)."
@@ -302,7 +313,7 @@ def check_config():
     the graph fits in a batch, and every study setting is one the study takes."""
     protocol = config["protocol"]
     if protocol["graph"]["n_neighbors"] >= protocol["batch_size"]:
-        raise ValueError(
+        refuse(
             f"config: protocol.graph.n_neighbors ({protocol['graph']['n_neighbors']}) must be smaller than"
             f" protocol.batch_size ({protocol['batch_size']})"
         )
@@ -310,15 +321,13 @@ def check_config():
         try:
             resolve_settings(method, assignments=settings_for(method))
         except ValueError as err:
-            raise ValueError(f"config: methods.{method} or protocol: {err}") from None
+            refuse(f"config: methods.{method} or protocol: {err}")
     too_large = [k for k in STUDIES_CONFIG["knn"]["n_neighbors"] if k >= protocol["batch_size"]]
     if too_large:
-        raise ValueError(f"config: experiments.knn.n_neighbors {too_large} must be smaller than protocol.batch_size")
+        refuse(f"config: experiments.knn.n_neighbors {too_large} must be smaller than protocol.batch_size")
     unknown_methods = sorted(set(STUDIES_CONFIG["knn"]["methods"]) - set(config["methods"]))
     if unknown_methods:
-        raise ValueError(
-            f"config: experiments.knn.methods {unknown_methods} are not in methods {sorted(config['methods'])}"
-        )
+        refuse(f"config: experiments.knn.methods {unknown_methods} are not in methods {sorted(config['methods'])}")
     # the ablation's BASiS runs: its settings on top of each data set's protocol
     # (in the job's order: the protocol's --set first, the ablation's after, winning)
     for dataset in ABLATION["datasets"]:
@@ -327,16 +336,16 @@ def check_config():
         try:
             resolve_settings("basis", assignments=[*protocol, *ablation], dataset=dataset)
         except ValueError as err:
-            raise ValueError(f"config: experiments.ablation.settings: {err}") from None
+            refuse(f"config: experiments.ablation.settings: {err}")
     # the variants study's BASiS protocol on image and feature sets
     variants = STUDIES_CONFIG.get("variants", {}).get("settings", {})
     if variants.get("protocol") is not None:
         if not isinstance(variants["protocol"], dict):
-            raise ValueError("config: experiments.variants.settings.protocol must be a mapping of protocol keys")
+            refuse("config: experiments.variants.settings.protocol must be a mapping of protocol keys")
         try:
             resolve_settings("basis", overrides=variants["protocol"])
         except ValueError as err:
-            raise ValueError(f"config: experiments.variants.settings.protocol: {err}") from None
+            refuse(f"config: experiments.variants.settings.protocol: {err}")
 
 
 def reference_tags(wildcards, rule, variant=None):
@@ -367,14 +376,14 @@ def run_tags(wildcards, rule, variant=None, section=None):
 # declarations, so a new study is one module plus one config section.
 missing_sections = sorted(set(study_names()) - set(STUDIES_CONFIG))
 if missing_sections:
-    raise ValueError(
+    refuse(
         f"config: experiments has no section for the studies {missing_sections} (basis/studies/<name>.py);"
         " add one (an empty mapping runs a study with its defaults)"
     )
 try:
     STUDY_RUNS = {name: study_runs(name, STUDIES_CONFIG[name] or {}) for name in study_names()}
 except ValueError as err:
-    raise ValueError(f"config: {err}") from None
+    refuse(f"config: {err}")
 unknown_datasets = sorted(
     {
         s["dataset"]
@@ -384,7 +393,7 @@ unknown_datasets = sorted(
     }
 )
 if unknown_datasets:
-    raise ValueError(f"config: experiments: unknown data sets {unknown_datasets}; valid: {list(DATASETS)}")
+    refuse(f"config: experiments: unknown data sets {unknown_datasets}; valid: {list(DATASETS)}")
 STUDIES = {name: study_declaration(name) for name in study_names()}
 STUDY_OUTPUTS = ["results/{folder}/metrics.json", "results/{folder}/arrays.npz"]
 
