@@ -29,6 +29,10 @@ IMAGE_SETS = ("mnist", "fashion_mnist", "svhn", "cifar10")
 #: Image sets whose runs embed Siamese features rather than raw pixels.
 FEATURE_SETS = (*IMAGE_SETS, "digits")
 DATASETS = (*TOY_SETS, "digits", "bunny", *IMAGE_SETS)
+#: The share of a generated set (toy sets, digits) held out as its test split.
+TEST_FRACTION = 0.2
+#: Nodes per batch of the toy protocol (Fig. 1), before its anchors are added.
+TOY_BATCH_SIZE = 256
 
 #: Parameters every method takes that the run command sets itself, not a config.
 RUN_PARAMETERS = ("callback", "device", "seed")
@@ -174,6 +178,20 @@ def study_parameters(name: str, include_common: bool = False) -> list[str]:
     return [p for p in _studies()[name] if include_common or p not in STUDY_RUN_OPTIONS]
 
 
+def study_defaults(name: str) -> dict[str, Any]:
+    """The default of each study setting that the source states as a literal."""
+    declaration = study_declaration(name)
+    arguments = _function(_study_sources()[name][1], declaration.function).args
+    pairs = [*zip(arguments.args[::-1], arguments.defaults[::-1]), *zip(arguments.kwonlyargs, arguments.kw_defaults)]
+    defaults = {}
+    for argument, default in pairs:
+        try:
+            defaults[argument.arg] = ast.literal_eval(default)
+        except ValueError:  # no default (None), or one computed at call time
+            continue
+    return defaults
+
+
 def study_annotations(name: str) -> dict[str, str]:
     """Each study setting's type annotation, as written in the source."""
     study_parameters(name)
@@ -217,8 +235,14 @@ def study_runs(name: str, section: dict) -> dict[str, dict]:
     return jobs
 
 
-#: The class labels of every data set with classes to pick (the feature sets: ten each).
-CLASS_LABELS = {name: tuple(range(10)) for name in FEATURE_SETS}
+#: The class labels of every data set with classes to pick (the feature sets: ten each) and
+#: of the toy sets.
+TOY_CLASSES = {"three_moons": 3, "two_moons": 2, "circles": 2, "blobs": 4, "spirals": 2}
+CLASS_LABELS = {name: tuple(range(10)) for name in FEATURE_SETS} | {
+    name: tuple(range(n)) for name, n in TOY_CLASSES.items()
+}
+#: Anchors per class that the toy protocol adds to every batch (:func:`basis.toy.three_moons_anchors`).
+TOY_ANCHORS_PER_CLASS = 3
 
 
 def check_study_settings(name: str, settings: dict[str, Any]) -> None:
@@ -230,6 +254,22 @@ def check_study_settings(name: str, settings: dict[str, Any]) -> None:
     if classes and labels is not None and not set(classes) <= set(labels):
         unknown = sorted(set(classes) - set(labels))
         raise InputError(f"classes {unknown} are not labels of {settings['dataset']} ({labels[0]}-{labels[-1]})")
+    values = study_defaults(name) | settings
+    dataset = values.get("dataset")
+    if "n_samples" in values and dataset in TOY_SETS:  # the toy protocol: a split, batches with anchors
+        batch = values.get("batch_size", TOY_BATCH_SIZE) + TOY_ANCHORS_PER_CLASS * len(CLASS_LABELS[dataset])
+        if _toy_training_size(dataset, values["n_samples"]) < batch:
+            least = next(n for n in range(batch, 2 * batch + 10) if _toy_training_size(dataset, n) >= batch)
+            raise InputError(
+                f"n_samples={values['n_samples']} is too small for {dataset}: its training split must hold a batch"
+                f" of {batch} nodes (batch_size and the anchors); expected n_samples >= {least}"
+            )
+
+
+def _toy_training_size(dataset: str, n_samples: int) -> int:
+    """Nodes in the training split of toy set ``dataset`` generated with ``n_samples``."""
+    generated = 3 * (n_samples // 3) if dataset == "three_moons" else n_samples  # n // 3 per moon
+    return generated - math.ceil(TEST_FRACTION * generated)
 
 
 def check_study_setting(name: str, key: str, value: Any) -> None:

@@ -19,7 +19,7 @@ from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
 from basis import bunny, toy
-from basis.catalog import DATASETS, FEATURE_SETS, IMAGE_SETS  # noqa: F401 (the names, re-exported)
+from basis.catalog import DATASETS, FEATURE_SETS, IMAGE_SETS, TEST_FRACTION  # noqa: F401 (the names, re-exported)
 from basis.errors import InputError
 from basis.inputs import check_path_length
 
@@ -223,7 +223,7 @@ def _split(
     return Dataset(name, X_train, y_train, X_test, y_test)
 
 
-def load_toy(name: str, *, n_samples: int | None = None, seed: int = 0, test_size: float = 0.2) -> Dataset:
+def load_toy(name: str, *, n_samples: int | None = None, seed: int = 0, test_size: float = TEST_FRACTION) -> Dataset:
     """A toy set of Figs. 1 and 3 (9,000 nodes by default; three moons: 3 x 3,330)."""
     generator = toy.TOY_SETS[name]
     if name == "three_moons":
@@ -233,7 +233,7 @@ def load_toy(name: str, *, n_samples: int | None = None, seed: int = 0, test_siz
     return _split(name, X, y, seed, test_size)
 
 
-def load_digits_dataset(*, seed: int = 0, test_size: float = 0.2) -> Dataset:
+def load_digits_dataset(*, seed: int = 0, test_size: float = TEST_FRACTION) -> Dataset:
     """scikit-learn's 1,797 bundled 8x8 digits as (n, 1, 8, 8) images in [0, 1]."""
     digits = load_digits()
     images = (digits.images / 16.0).astype(np.float32)[:, None]

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from basis.catalog import FEATURE_SETS, TOY_SETS
+from basis.catalog import FEATURE_SETS, TOY_BATCH_SIZE, TOY_SETS
 from basis.data import Dataset, load_dataset, load_inputs
 from basis.errors import InputError
 from basis.settings import EVALUATION_KEYS, resolve_settings
@@ -20,7 +20,7 @@ def toy_protocol(
     n_samples: int,
     data_seed: int,
     *,
-    batch_size: int = 256,
+    batch_size: int = TOY_BATCH_SIZE,
     lr: float = 1e-4,
     n_neighbors: int = TOY_GRAPH["n_neighbors"],
 ) -> tuple[Dataset, dict[str, Any], dict[str, Any]]:

@@ -127,6 +127,24 @@ def test_counts_below_one_are_refused(folder, capsys, monkeypatch, argv, words):
     assert words in refused(argv, folder, capsys, monkeypatch)
 
 
+@pytest.mark.parametrize(
+    "study, settings, least",
+    [
+        ("toy", ["n_samples=5"], 333),  # three moons: 111 per moon, 67 held out, 266 >= 256 + 9 anchors
+        ("toy", ["n_samples=332"], 333),
+        ("toy", ["dataset=blobs", "n_samples=330"], 335),  # four classes: 12 anchors
+        ("toy", ["batch_size=128", "n_samples=160"], 174),
+        ("variants", ["dataset=two_moons", "n_samples=100"], 328),  # the toy protocol's batch of 256
+    ],
+)
+def test_a_toy_set_too_small_for_a_batch_is_refused_naming_the_least_size(
+    folder, capsys, monkeypatch, study, settings, least
+):
+    argv = ["study", study, *(arg for setting in settings for arg in ("--set", setting)), "--out", "o"]
+    line = refused(argv, folder, capsys, monkeypatch)
+    assert "n_samples" in line and f"expected n_samples >= {least}" in line
+
+
 STORE_URIS = [
     ("banana", "not a tracking store URI"),
     ("postgresql://user@localhost/db", "needs the psycopg2 driver"),
