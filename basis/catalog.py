@@ -272,14 +272,20 @@ def _toy_training_size(dataset: str, n_samples: int) -> int:
     return generated - math.ceil(TEST_FRACTION * generated)
 
 
+#: Endings of the study settings that count or size something (besides ``n_*``).
+COUNT_SUFFIXES = ("_size", "_sizes", "_every", "_iter", "_dim", "_per_class", "_per_cluster", "_per_step", "resolution")
+
+
 def check_study_setting(name: str, key: str, value: Any) -> None:
     """One setting of study ``name``: of the type its parameter is annotated with, finite
-    where it is a number, and at least 1 where it is a count (``n_*``)."""
+    where it is a number, and at least 1 where it is a count or a size (``n_*``,
+    ``*_size``, ``*_iter``, ...: :data:`COUNT_SUFFIXES`)."""
     check_value(key, value, study_annotations(name)[key])
     values = value if isinstance(value, (list, tuple)) else [value]
     if any(isinstance(v, float) and not math.isfinite(v) for v in values):
         raise InputError(f"{key}={value!r} is not a finite number")
-    if key.startswith("n_") and any(isinstance(v, int) and not isinstance(v, bool) and v < 1 for v in values):
+    counts = key.startswith("n_") or key.endswith(COUNT_SUFFIXES)
+    if counts and any(isinstance(v, int) and not isinstance(v, bool) and v < 1 for v in values):
         raise InputError(f"{key}={value!r} is out of range: expected a count >= 1")
 
 
