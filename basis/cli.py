@@ -121,7 +121,8 @@ def _run_seed(args, seed: int, out: str | None, settings: dict, device: str, dat
     from basis.experiment import run_method
 
     tags = {"dataset": args.dataset, "method": args.method, "seed": str(seed)}
-    with _maybe_tracked(args, f"{args.dataset}-{args.method}-seed{seed}", tags) as run:
+    run_name = f"{args.dataset}-{args.method}-seed{seed}"  # also its logged model's name
+    with _maybe_tracked(args, run_name, tags) as run:
         if run:
             run.log_params(
                 {
@@ -164,7 +165,8 @@ def _run_seed(args, seed: int, out: str | None, settings: dict, device: str, dat
                 # Scores only: the same seed gives the same file (timings go to MLflow and stdout).
                 write_json(folder / "metrics.json", scores)
         if run:
-            run.log_metrics({k: v for k, v in output.items() if k != "device"})
+            final_step = n_iter - 1  # the training curve's last step: the model page shows that step
+            run.log_metrics({k: v for k, v in output.items() if k != "device"}, step=final_step)
             if out:
                 for name in ("metrics.json", "embedding.npz", "model.pt"):
                     run.log_artifact(Path(out) / name)
@@ -182,7 +184,7 @@ def _run_seed(args, seed: int, out: str | None, settings: dict, device: str, dat
             run.set_description(description)
             if args.siamese:
                 run.log_artifact(args.siamese)
-            run.log_embedding_model(checkpoint, data.X_test[:5], description)
+            run.log_embedding_model(checkpoint, data.X_test[:5], description, name=run_name, step=final_step)
     return output
 
 
@@ -504,7 +506,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     embed = sub.add_parser("embed", help="embed new data with a saved model.pt or a logged MLflow model")
     embed.add_argument(
-        "--model", required=True, help="a model.pt checkpoint or an MLflow model URI (runs:/<id>/model, ...)"
+        "--model",
+        required=True,
+        help="a model.pt checkpoint or an MLflow model URI (runs:/<run id>/<run name>, models:/<model id>)",
     )
     embed.add_argument("--input", required=True, help=".npy of points (or of images, with --siamese)")
     embed.add_argument("--out", required=True, help=".npy to write the embedding to")

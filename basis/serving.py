@@ -67,9 +67,13 @@ def _pins_checked_by_version() -> Iterator[None]:
         requirements_utils._MODULES_TO_PACKAGES = None
 
 
-def log_embedding_model(checkpoint: str | Path, input_example: np.ndarray, description: str) -> None:
-    """Log the estimator saved at ``checkpoint`` as the active run's model ``model``, with a
-    signature and an input example taken from ``input_example`` (a few rows)."""
+def log_embedding_model(
+    checkpoint: str | Path, input_example: np.ndarray, description: str, *, name: str = "model", step: int = 0
+) -> None:
+    """Log the estimator saved at ``checkpoint`` as the active run's model ``name``, with a
+    signature and an input example taken from ``input_example`` (a few rows). The model
+    takes the run's metrics of ``step`` (MLflow's model page shows those: the final step's
+    loss and scores) and ``description`` as its note (the page's Description)."""
     from mlflow.models import infer_signature
 
     from basis.estimators import SpectralEstimator
@@ -78,7 +82,9 @@ def log_embedding_model(checkpoint: str | Path, input_example: np.ndarray, descr
     output = SpectralEstimator.load(checkpoint, device="cpu").transform(example)
     with _pins_checked_by_version():
         mlflow.pyfunc.log_model(
-            name="model",
+            name=name,
+            step=step,
+            tags={"mlflow.note.content": description},
             python_model=EmbeddingModel(),
             artifacts={"estimator": str(checkpoint)},
             code_paths=[str(PACKAGE)],

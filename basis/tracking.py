@@ -56,8 +56,22 @@ def client(store: str | Path = DEFAULT_STORE):
         return MlflowClient(tracking_uri=uri)  # creates or migrates the database
 
 
+#: The description of each of the workflow's experiments (``<prefix>-<stage>``), which the
+#: MLflow UI shows above the experiment's runs.
+STAGE_DESCRIPTIONS = {
+    "features": "Siamese feature networks, one run per image set: the 16-d features Table 1's methods embed.",
+    "references": "Analytic reference embeddings (eigenvectors of the test split's graph) that d_G scores against.",
+    "runs": "Table 1: each method on each data set, one run per seed, with its loss curve, scores and logged model.",
+    "studies": "The paper's figures' experiments (toy sets, bunny, consistency, feature change, variants).",
+    "sensitivity": "Fig. 5: each method's d_G against the graph's k, one run per k and seed.",
+    "ablation": "The alignment ablation: RANSAC, least squares and no alignment, with and without wrong anchors.",
+    "paper": "The assembled tables and figures, side by side with the paper's published numbers.",
+}
+
+
 def ensure_experiments(names: list[str], store: str | Path = DEFAULT_STORE) -> dict[str, str]:
-    """Create the experiments that do not exist yet; returns name -> id.
+    """Create the experiments that do not exist yet, a workflow stage's with its
+    description (:data:`STAGE_DESCRIPTIONS`); returns name -> id.
 
     Meant to run once, before the jobs that log to them. A concurrent creator
     (RESOURCE_ALREADY_EXISTS) is tolerated."""
@@ -71,7 +85,9 @@ def ensure_experiments(names: list[str], store: str | Path = DEFAULT_STORE) -> d
         if experiment is None:
             try:
                 location = f"{artifacts}/{name}" if artifacts else None
-                ids[name] = mlflow_client.create_experiment(name, artifact_location=location)
+                stage = name.rsplit("-", 1)[-1]
+                tags = {"mlflow.note.content": STAGE_DESCRIPTIONS[stage]} if stage in STAGE_DESCRIPTIONS else None
+                ids[name] = mlflow_client.create_experiment(name, artifact_location=location, tags=tags)
                 continue
             except MlflowException:
                 experiment = mlflow_client.get_experiment_by_name(name)
@@ -162,12 +178,13 @@ class TrackedRun:
         self._pending = []
 
     @timed_calls("tracking")
-    def log_metrics(self, values: dict[str, float]) -> None:
-        """Final (step-free) metrics, in one batch."""
+    def log_metrics(self, values: dict[str, float], step: int = 0) -> None:
+        """Final metrics, in one batch, at ``step`` (a training run's last step, so that they
+        sit beside the final loss on the model's page)."""
         from mlflow.entities import Metric
 
         stamp = int(time.time() * 1000)
-        self.client.log_batch(self.run_id, metrics=[Metric(k, float(v), stamp, 0) for k, v in values.items()])
+        self.client.log_batch(self.run_id, metrics=[Metric(k, float(v), stamp, step) for k, v in values.items()])
 
     @timed_calls("tracking")
     def set_description(self, text: str) -> None:
@@ -191,15 +208,19 @@ class TrackedRun:
         self.client.log_artifact(self.run_id, str(path), folder)
 
     @timed_calls("tracking")
-    def log_embedding_model(self, checkpoint: str | Path, input_example, description: str) -> None:
-        """The fitted estimator saved at ``checkpoint`` as this run's MLflow model: its
-        prediction is the estimator's ``transform`` (see :mod:`basis.serving`)."""
+    def log_embedding_model(
+        self, checkpoint: str | Path, input_example, description: str, *, name: str = "model", step: int = 0
+    ) -> None:
+        """The fitted estimator saved at ``checkpoint`` as this run's MLflow model ``name``:
+        its prediction is the estimator's ``transform`` (see :mod:`basis.serving`); it takes
+        the run's metrics of ``step``, so the buffered steps are written first."""
         import mlflow
 
         from basis.serving import log_embedding_model
 
+        self.flush()
         with scoped_tracking_uri(self.client.tracking_uri), mlflow.start_run(run_id=self.run_id):
-            log_embedding_model(checkpoint, input_example, description)
+            log_embedding_model(checkpoint, input_example, description, name=name, step=step)
 
 
 @contextmanager

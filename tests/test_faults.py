@@ -416,7 +416,7 @@ def test_a_bug_shows_its_traceback_with_a_line_that_says_so(monkeypatch, capsys)
 
 
 def test_the_readmes_embed_of_a_logged_model_works_as_written(tmp_path):
-    """`python -m basis embed --model runs:/<run id>/model --input X.npy --out Y.npy`, run
+    """`python -m basis embed --model runs:/<run id>/<run name> --input X.npy --out Y.npy`, run
     where `make quick` leaves its store (results/mlflow), without MLFLOW_TRACKING_URI: it
     finds the run there, prints nothing on stderr, and makes no store in the folder."""
     from basis import tracking
@@ -426,12 +426,12 @@ def test_the_readmes_embed_of_a_logged_model_works_as_written(tmp_path):
     X = rng.normal(size=(60, 2)).astype(np.float32)
     estimator = make_estimator("basis", **SMALL_BASIS)
     estimator.fit(X).save(tmp_path / "model.pt")
-    with tracking.tracked_run("exp", "demo", {}, store=tmp_path / "results/mlflow") as run:
-        run.log_embedding_model(tmp_path / "model.pt", X[:5], description="raw points")
+    with tracking.tracked_run("exp", "digits-basis-seed0", {}, store=tmp_path / "results/mlflow") as run:
+        run.log_embedding_model(tmp_path / "model.pt", X[:5], description="raw points", name="digits-basis-seed0")
         run_id = run.run_id
     np.save(tmp_path / "X.npy", X)
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}
-    command = f"python -m basis embed --model runs:/{run_id}/model --input X.npy --out Y.npy"
+    command = f"python -m basis embed --model runs:/{run_id}/digits-basis-seed0 --input X.npy --out Y.npy"
     done = subprocess.run(
         [sys.executable, *command.split()[1:]],
         capture_output=True,

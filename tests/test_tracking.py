@@ -134,3 +134,35 @@ def test_a_job_stopped_by_sigterm_closes_its_own_run_as_killed_and_a_rerun_super
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     killed = tracking.client(store).get_run(killed.info.run_id)
     assert killed.data.tags.get("superseded") == "true"
+
+
+def test_the_logged_model_carries_its_name_description_and_the_final_steps_metrics(tmp_path):
+    """What MLflow's model page shows: the model named by data set, method and seed, the
+    run's description as its note, and the metrics of the last training step (the final
+    loss beside the scores), not those of step 0."""
+    store = tmp_path / "mlflow"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    command = [sys.executable, "-m", "basis", "run", "--dataset", "two_moons", "--method", "basis"]
+    done = subprocess.run(
+        [*command, "--set", "n_iter=6", "--track", "demo-runs", "--store", str(store), "--out", str(tmp_path / "o")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD_S,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    client = tracking.client(store)
+    experiment = client.get_experiment_by_name("demo-runs")
+    assert experiment.tags["mlflow.note.content"] == tracking.STAGE_DESCRIPTIONS["runs"]
+    (run,) = client.search_runs([experiment.experiment_id])
+    (model,) = client.search_logged_models([experiment.experiment_id])
+    assert model.name == "two_moons-basis-seed0" and model.source_run_id == run.info.run_id
+    assert model.tags["mlflow.note.content"] == run.data.tags["mlflow.note.content"]
+    assert "raw two_moons points" in model.tags["mlflow.note.content"]
+    losses = client.get_metric_history(run.info.run_id, "loss")
+    last = max(losses, key=lambda m: m.step)
+    shown = {m.key: m for m in model.metrics}
+    assert last.step == 5 and shown["loss"].step == 5 and shown["loss"].value == last.value
+    assert shown["loss"].value != min(losses, key=lambda m: m.step).value  # not step 0's loss
+    assert {"nmi", "d_G", "acc"} <= set(shown) and shown["nmi"].value == run.data.metrics["nmi"]

@@ -235,7 +235,7 @@ def test_the_logged_model_is_the_model(workflow, monkeypatch):
     for method in METHODS:
         run = next(r for r in training if r.data.tags["method"] == method and r.data.tags["seed"] == "0")
         monkeypatch.setenv("MLFLOW_TRACKING_URI", client.tracking_uri)
-        predicted = mlflow.pyfunc.load_model(f"runs:/{run.info.run_id}/model").predict(features)
+        predicted = mlflow.pyfunc.load_model(f"runs:/{run.info.run_id}/digits-{method}-seed0").predict(features)
         model = SpectralEstimator.load(workflow / f"results/runs/digits/{method}/seed0/model.pt", device="cpu")
         np.testing.assert_array_equal(predicted, model.transform(features))
         assert "16-d Siamese features of digits" in run.data.tags["mlflow.note.content"]

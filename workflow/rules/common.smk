@@ -20,7 +20,7 @@ from basis.catalog import (
 )
 from basis.errors import InputError
 from basis.settings import check_config_schema, check_yaml_file, resolve_settings
-from basis.tracking import config_hash, store_identity
+from basis.tracking import STAGE_DESCRIPTIONS, config_hash, store_identity
 
 
 def refuse(message):
@@ -39,7 +39,7 @@ except InputError as err:
     refuse(str(err))
 validate(config, schema="../schemas/config.schema.yaml")
 
-STAGES = ("features", "references", "runs", "studies", "sensitivity", "ablation", "paper")
+STAGES = tuple(STAGE_DESCRIPTIONS)  # one MLflow experiment per stage
 EXPERIMENTS = {stage: f"{config['tracking']['experiment_prefix']}-{stage}" for stage in STAGES}
 STUDIES_CONFIG = config["experiments"]
 
