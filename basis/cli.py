@@ -270,6 +270,13 @@ def cmd_tracking(args: argparse.Namespace) -> int:
                 args.flag, {"tracking_uri": tracking.tracking_uri(args.store), "experiments": ids, "store": identity}
             )
         _print(ids, args.json)
+    elif args.action == "url":
+        (experiment,) = args.experiment or ["basis-runs"]
+        found = tracking.client(args.store).get_experiment_by_name(experiment)
+        if found is None:
+            raise InputError(f"--experiment {experiment} is not in the store {args.store}; run the workflow first")
+        tracking.ensure_experiments([experiment], store=args.store)  # a store made before the view existed
+        print(tracking.table1_url(args.ui, found.experiment_id))
     else:
         _print({"closed": tracking.close_stale_runs(store=args.store)}, args.json)
     return 0
@@ -609,9 +616,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.set_defaults(func=cmd_bench)
 
-    tracking = sub.add_parser("tracking", help="MLflow store upkeep: create experiments, close runs of killed jobs")
-    tracking.add_argument("action", choices=["setup", "close-stale"])
-    tracking.add_argument("--experiment", action="append", default=[], help="experiment to create (setup)")
+    tracking = sub.add_parser(
+        "tracking",
+        help="MLflow store upkeep: create experiments, close runs of killed jobs, print the UI's Table 1 view",
+    )
+    tracking.add_argument("action", choices=["setup", "close-stale", "url"])
+    tracking.add_argument(
+        "--experiment", action="append", default=[], help="experiment to create (setup), or to show (url: basis-runs)"
+    )
+    tracking.add_argument("--ui", default="http://127.0.0.1:5000", help="address of the MLflow UI (url)")
     tracking.add_argument("--flag", help="file to write once the experiments exist (setup)")
     tracking.set_defaults(func=cmd_tracking)
 
@@ -656,7 +669,9 @@ def check_common(args: argparse.Namespace) -> None:
         check_store(args.store, creates=True)
     if args.command == "run" and getattr(args, "siamese", None) and not Path(args.siamese).is_file():
         raise InputError(f"--siamese {args.siamese} does not exist; name the features' Siamese checkpoint")
-    if args.command == "tracking" and (args.action == "setup" or Path(args.store).exists()):
+    if args.command == "tracking" and args.action == "url" and len(args.experiment) > 1:
+        raise InputError(f"tracking url shows one experiment, got --experiment {args.experiment}")
+    if args.command == "tracking" and (args.action in ("setup", "url") or Path(args.store).exists()):
         check_store(args.store, creates=args.action == "setup")  # closing runs of no store closes none
         if args.flag:
             check_output(args.flag, folder=False, name="--flag")

@@ -69,9 +69,45 @@ STAGE_DESCRIPTIONS = {
 }
 
 
+#: The runs experiment's shared view (MLflow's ``viewStateShareKey``): Table 1's current runs
+#: grouped by data set and method (seeds averaged, each group unfolds into its seeds), with
+#: Table 1's scores as columns.
+TABLE1_VIEW = "table1"
+TABLE1_METRICS = ("d_G", "d_perp", "nmi", "acc", "accuracy")
+
+
+def table1_view() -> str:
+    """The JSON of :data:`TABLE1_VIEW`, in the view-state format of MLflow 3.17's UI."""
+    return json.dumps(
+        {
+            "searchFilter": "tags.rule = 'train_and_evaluate' and tags.superseded IS NULL",
+            "orderByKey": "attributes.start_time",
+            "orderByAsc": False,
+            "startTime": "ALL",
+            "lifecycleFilter": "Active",
+            "modelVersionFilter": "All Runs",
+            "datasetsFilter": [],
+            "selectedColumns": [f"metrics.`{name}`" for name in TABLE1_METRICS],
+            "groupBy": {
+                "aggregateFunction": "average",
+                "groupByKeys": [{"mode": "param", "groupByData": key} for key in ("dataset", "method")],
+            },
+            "useGroupedValuesInCharts": True,
+        }
+    )
+
+
+def table1_url(ui: str, experiment_id: str) -> str:
+    """The MLflow UI's address of experiment ``experiment_id``'s Table 1 view, in its
+    model-training mode (MLflow 3.17 opens on its GenAI mode otherwise)."""
+    query = f"viewStateShareKey={TABLE1_VIEW}&workflowType=machine_learning"
+    return f"{ui.rstrip('/')}/#/experiments/{experiment_id}/runs?{query}"
+
+
 def ensure_experiments(names: list[str], store: str | Path = DEFAULT_STORE) -> dict[str, str]:
-    """Create the experiments that do not exist yet, a workflow stage's with its
-    description (:data:`STAGE_DESCRIPTIONS`); returns name -> id.
+    """Create the experiments that do not exist yet; returns name -> id. A workflow stage's
+    experiment (``<prefix>-<stage>``) gets its description (:data:`STAGE_DESCRIPTIONS`), and
+    the runs stage's the Table 1 view (:func:`table1_view`), also where it exists already.
 
     Meant to run once, before the jobs that log to them. A concurrent creator
     (RESOURCE_ALREADY_EXISTS) is tolerated."""
@@ -85,16 +121,28 @@ def ensure_experiments(names: list[str], store: str | Path = DEFAULT_STORE) -> d
         if experiment is None:
             try:
                 location = f"{artifacts}/{name}" if artifacts else None
-                stage = name.rsplit("-", 1)[-1]
-                tags = {"mlflow.note.content": STAGE_DESCRIPTIONS[stage]} if stage in STAGE_DESCRIPTIONS else None
-                ids[name] = mlflow_client.create_experiment(name, artifact_location=location, tags=tags)
-                continue
+                ids[name] = mlflow_client.create_experiment(name, artifact_location=location)
             except MlflowException:
                 experiment = mlflow_client.get_experiment_by_name(name)
                 if experiment is None:
                     raise
-        ids[name] = experiment.experiment_id
+        if experiment is not None:
+            ids[name] = experiment.experiment_id
+        for key, value in _stage_tags(name).items():
+            if experiment is None or experiment.tags.get(key) != value:
+                mlflow_client.set_experiment_tag(ids[name], key, value)
     return ids
+
+
+def _stage_tags(experiment: str) -> dict[str, str]:
+    """The tags of a workflow stage's experiment: its description and, for the runs, the Table 1 view."""
+    stage = experiment.rsplit("-", 1)[-1]
+    if stage not in STAGE_DESCRIPTIONS:
+        return {}
+    tags = {"mlflow.note.content": STAGE_DESCRIPTIONS[stage]}
+    if stage == "runs":
+        tags[f"mlflow.sharedViewState.{TABLE1_VIEW}"] = table1_view()
+    return tags
 
 
 def store_identity(store: str | Path = DEFAULT_STORE) -> str | None:

@@ -1,6 +1,7 @@
 """MLflow tracking: read-only commands touch nothing, only provably dead runs are closed,
 any tag value is safe."""
 
+import json
 import os
 import signal
 import subprocess
@@ -155,6 +156,9 @@ def test_the_logged_model_carries_its_name_description_and_the_final_steps_metri
     client = tracking.client(store)
     experiment = client.get_experiment_by_name("demo-runs")
     assert experiment.tags["mlflow.note.content"] == tracking.STAGE_DESCRIPTIONS["runs"]
+    view = json.loads(experiment.tags[f"mlflow.sharedViewState.{tracking.TABLE1_VIEW}"])  # the UI's Table 1 view
+    assert view["selectedColumns"] == [f"metrics.`{m}`" for m in tracking.TABLE1_METRICS]
+    assert [k["groupByData"] for k in view["groupBy"]["groupByKeys"]] == ["dataset", "method"]
     (run,) = client.search_runs([experiment.experiment_id])
     (model,) = client.search_logged_models([experiment.experiment_id])
     assert model.name == "two_moons-basis-seed0" and model.source_run_id == run.info.run_id

@@ -420,22 +420,37 @@ def test_ui_server_serves_the_runs_over_rest(ui_server):
     assert {"d_G", "nmi", "acc", "loss"} <= metric_keys
 
 
-def test_browser_loads_the_experiment_page(ui_server, workflow, tmp_path):
+def test_browser_opens_table1s_view_with_the_methods_side_by_side(ui_server, workflow, tmp_path):
+    """The README's UI address (`python -m basis tracking url`) opens in model-training mode
+    on Table 1's runs: one group per data set and method, with the metrics' numbers."""
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
         if os.environ.get("CI"):
             pytest.fail("chromium is missing: .ci/run installs it (apt-get install chromium chromium-driver)")
         pytest.skip("chromium not installed (apt-get install chromium chromium-driver)")
-    with urllib.request.urlopen(
-        f"{ui_server}/api/2.0/mlflow/experiments/get-by-name?experiment_name=tiny-runs", timeout=10
-    ) as r:
-        experiment_id = json.load(r)["experiment"]["experiment_id"]
-    page = f"{ui_server}/#/experiments/{experiment_id}/runs"
+    done = subprocess.run(
+        [sys.executable, "-m", "basis", "tracking", "url", "--experiment", "tiny-runs", "--ui", ui_server],
+        capture_output=True,
+        text=True,
+        cwd=workflow,
+        env=snakemake_env(workflow),
+        timeout=HANG_GUARD_S,
+    )
+    assert done.returncode == 0, done.stderr
+    page = done.stdout.strip()
+    assert page.startswith(f"{ui_server}/#/experiments/") and "workflowType=machine_learning" in page
     common = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=20000"]
     dom = subprocess.run([*common, "--dump-dom", page], capture_output=True, text=True, timeout=HANG_GUARD_S).stdout
-    # the runs table is rendered by the UI's JavaScript: run names in the DOM mean it loaded
-    # the runs table is rendered: the seeds are nested under their parent run, which is listed
-    assert "digits: Table 1 seeds" in dom
+    # the view's runs table, rendered by the UI's JavaScript: a group per method of digits
+    assert "Error loading shared view" not in dom
+    for method in METHODS:
+        assert f"method: {method}" in dom, method
+    assert 'col-id="metrics.`acc`"' in dom and "digits-basis-seed0" in dom
+    # the cells hold numbers: BASiS's group shows its seeds' average ACC
+    _, training = runs(workflow, "runs")
+    current = [r for r in training if r.data.tags["method"] == "basis" and "superseded" not in r.data.tags]
+    accs = [r.data.metrics["acc"] for r in current]
+    assert str(sum(accs) / len(accs))[:5] in dom
     shot = workflow / "results" / "mlflow_ui.png"
     subprocess.run(
         [*common, "--window-size=1400,900", f"--screenshot={shot}", page], capture_output=True, timeout=HANG_GUARD_S
