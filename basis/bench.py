@@ -28,6 +28,18 @@ def clustered_data(
     return (centres[labels] + rng.normal(size=(n, dim))).astype(np.float32), labels
 
 
+def step_data(data: str, batch_size: int, dim: int, n_components: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Points and labels of ``bench step``'s data ``data`` (:data:`basis.settings.STEP_DATA`); the digits
+    have their own 64 dimensions and 10 classes."""
+    if data == "digits":
+        from sklearn.datasets import load_digits
+
+        digits = load_digits()
+        return (digits.data / 16.0).astype(np.float32), digits.target
+    spread = {"clusters": 3.0, "touching": 1.5}[data]
+    return clustered_data(max(20 * batch_size, 10_000), dim, n_components, seed, spread)
+
+
 def _basis_on_clusters(
     batch_size: int,
     n_components: int,
@@ -39,9 +51,11 @@ def _basis_on_clusters(
     callback,
     eigensolver: str = "auto",
     cuda_graphs: bool = False,
+    data: str = "clusters",
 ) -> tuple[BASiS, np.ndarray, np.ndarray]:
-    """BASiS (25 anchors per class) and the benchmarks' clustered stand-in for Siamese features."""
-    X, y = clustered_data(max(20 * batch_size, 10_000), dim, n_components, seed)
+    """BASiS (25 anchors per class) and ``bench step``'s data ``data`` (the clustered stand-in
+    for Siamese features by default; :func:`step_data`)."""
+    X, y = step_data(data, batch_size, dim, n_components, seed)
     estimator = BASiS(
         n_components,
         graph=GraphConfig(n_neighbors=n_neighbors),
@@ -111,8 +125,10 @@ def bench_step(
     compare: bool = False,
     profile: bool = False,
     start_at: float | None = None,
+    data: str = "clusters",
 ) -> dict[str, Any]:
-    """Median wall time of one BASiS iteration and of its parts, in milliseconds, the
+    """Median wall time of one BASiS iteration and of its parts, in milliseconds, on
+    ``data`` (:data:`basis.settings.STEP_DATA`), with RANSAC's hypotheses per batch (median and most), the
     solver used, the parts replayed from CUDA graphs, what an iteration would make a CUDA
     host wait for (:func:`count_host_syncs`) and, on CUDA, the waits torch's sync debug
     mode reports per iteration. ``compare`` times the exact and the subspace eigensolver
@@ -126,7 +142,18 @@ def bench_step(
         variants = [("exact", False), ("subspace", False)] + [("subspace", True)] * (resolved.type == "cuda")
     timings = {
         solver + " + cuda graphs" * graphs: _time_steps(
-            batch_size, n_components, dim, n_neighbors, n_iter, warmup, str(resolved), seed, solver, graphs, start_at
+            batch_size,
+            n_components,
+            dim,
+            n_neighbors,
+            n_iter,
+            warmup,
+            str(resolved),
+            seed,
+            solver,
+            graphs,
+            start_at,
+            data,
         )
         for solver, graphs in variants
     }
@@ -136,6 +163,7 @@ def bench_step(
         "device": str(resolved),
         "device_name": torch.cuda.get_device_name(resolved) if resolved.type == "cuda" else "cpu",
         "settings": {
+            "data": data,
             "batch_size": batch_size,
             "n_components": n_components,
             "dim": dim,
@@ -162,8 +190,9 @@ def _time_steps(
     eigensolver: str,
     cuda_graphs: bool = False,
     start_at: float | None = None,
+    data: str = "clusters",
 ) -> dict[str, Any]:
-    """ms per iteration and part, the solver used, the parts replayed from CUDA graphs,
+    """ms per iteration and part, RANSAC's hypotheses, the solver used, the parts replayed from CUDA graphs,
     on CUDA the sync-debug waits and, with ``start_at``, the timed window's clock. A
     window runs as users do, without torch's sync debug mode, whose warnings cost host
     time at every wait and would leave other processes gaps that users do not."""
@@ -190,6 +219,7 @@ def _time_steps(
                     lambda step, info: records.append(info),
                     eigensolver,
                     cuda_graphs,
+                    data,
                 ),
                 window,
             )
@@ -203,6 +233,10 @@ def _time_steps(
         "ms_per_iteration": {
             "total": float(np.median([r["ms_step"] for r in kept])),
             **{k[3:]: float(np.median([r[k] for r in kept])) for k in parts},
+        },
+        "ransac_hypotheses": {
+            "median": float(np.median([r.get("ransac_hypotheses", 0.0) for r in kept])),
+            "max": float(max(r.get("ransac_hypotheses", 0.0) for r in kept)),
         },
         "eigensolver": "subspace" if model.subspace_solver_ is not None else "exact",
         "exact_redos": model.n_exact_redos_,

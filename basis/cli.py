@@ -18,7 +18,7 @@ from basis.catalog import DATASETS, method_names
 from basis.errors import InputError, Terminated
 from basis.inputs import check_experiment_name, check_output, check_seed, check_store, release_outputs
 from basis.outputs import atomic_path, write_json
-from basis.settings import NEIGHBOR_BACKENDS, SPARSE_SOLVERS
+from basis.settings import NEIGHBOR_BACKENDS, SPARSE_SOLVERS, STEP_DATA
 from basis.stopping import STOPPED_STATUS, stop_on_sigterm
 from basis.threads import limit_threads
 from basis.timing import Progress, job_seconds, mark_startup, recording, report, timed
@@ -457,6 +457,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             n_iter=args.iterations,
             warmup=WARMUP_STEPS,
             start_at=args.start_at,
+            data=args.data,
         )
     else:
         result = bench.bench_reference(
@@ -606,6 +607,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="time the exact and the subspace eigensolver, and on CUDA the subspace one with CUDA graphs (step)",
     )
     bench.add_argument("--profile", action="store_true", help="the top device kernels, on CUDA (step)")
+    bench.add_argument(
+        "--data",
+        default="clusters",
+        choices=STEP_DATA,
+        help="what the steps train on (step): the clustered stand-in, Siamese-like touching clusters, raw digits",
+    )
     bench.add_argument(
         "--iterations", type=int, default=110, help=f"iterations, the first {WARMUP_STEPS} of them warm-up (step)"
     )

@@ -25,6 +25,10 @@ NEIGHBOR_BACKENDS = ("exact", "faiss-ivf", "faiss-hnsw")
 #: How a whole set's sparse graph is solved: Lanczos on the host, or a Chebyshev-filtered
 #: block iteration on the graph's device (:func:`basis.spectral.sparse_spectral_embedding`).
 SPARSE_SOLVERS = ("arpack", "chebyshev")
+#: What ``bench step`` trains on: the stand-in (clusters that are the graph's connected
+#: components), Siamese-like features (clusters that touch: one component, ten small
+#: eigenvalues, as trained features give) and raw scikit-learn digits (64-d pixels).
+STEP_DATA = ("clusters", "touching", "digits")
 
 
 @dataclass(frozen=True)

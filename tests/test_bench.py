@@ -4,6 +4,9 @@ import importlib.util
 import time
 from pathlib import Path
 
+import numpy as np
+import pytest
+
 from basis.bench import bench_step
 from basis.cli import main
 
@@ -45,3 +48,25 @@ def test_processes_are_compared_over_the_window_they_all_ran_in():
 def test_too_few_iterations_are_refused_before_any_work(capsys):
     assert main(["bench", "step", "--iterations", "10"]) == 2
     assert "--iterations 10" in capsys.readouterr().err
+
+
+def test_steps_are_timed_on_each_kind_of_data_with_ransacs_hypotheses():
+    """The stand-in, Siamese-like touching clusters and raw digits (issue: real-data steps
+    beside the stand-in): each reports its data, its steps and RANSAC's draws per batch."""
+    from basis.bench import step_data
+
+    X, y = step_data("digits", 128, 16, 10, 0)
+    assert X.shape == (1797, 64) and set(y) == set(range(10))
+    near, _ = step_data("touching", 128, 16, 10, 0)
+    apart, _ = step_data("clusters", 128, 16, 10, 0)
+    assert near.shape == apart.shape and np.ptp(near, axis=0).mean() < np.ptp(apart, axis=0).mean()
+    result = bench_step(batch_size=512, n_components=10, n_neighbors=8, n_iter=12, device="cpu", data="digits")
+    assert result["settings"]["data"] == "digits"
+    assert result["ransac_hypotheses"]["max"] >= result["ransac_hypotheses"]["median"] >= 1
+    assert result["ms_per_iteration"]["total"] > 0
+
+
+def test_unknown_step_data_is_refused(capsys):
+    with pytest.raises(SystemExit) as stopped:
+        main(["bench", "step", "--data", "imagenet"])
+    assert stopped.value.code == 2 and "--data" in capsys.readouterr().err

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Issue #35's device check in one call. (1) `bench step` on the clustered stand-in (the
+# baseline), Siamese-like touching clusters and raw digits: ms per step and RANSAC's draws.
+# (2) Table 1's runs of one data set at the paper's protocol on an MNIST-sized stand-in for
+# its Siamese features (60,000 + 10,000 16-d points, benchmarks/standin_features.py): the
+# test split's reference once, then each method's seeds in one process (the workflow's
+# seeds_in_one_job), timed end to end; the paper's 160 runs are 4 such sets. Writes
+# $OUT/summary.txt. Usage: OUT=folder [DEVICE=cuda] [N_ITER=1000] [SEEDS="0 ... 9"]
+# [N_TRAIN=60000 N_TEST=10000] [METHODS="basis diffusion_net specnet1 specnet2"] bash benchmarks/gpu_paper_scale.sh
+set -uo pipefail
+OUT=${OUT:-results/gpu_paper_scale}
+DEVICE=${DEVICE:-cuda}
+N_ITER=${N_ITER:-1000}
+SEEDS=${SEEDS:-0 1 2 3 4 5 6 7 8 9}
+N_TRAIN=${N_TRAIN:-60000}
+N_TEST=${N_TEST:-10000}
+METHODS=${METHODS:-basis diffusion_net specnet1 specnet2}
+py=${PYTHON:-python3}
+mkdir -p "$OUT"
+read -r -a seeds <<< "$SEEDS"
+{
+    [ "$DEVICE" != cpu ] && nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+    for data in clusters touching digits; do
+        "$py" -m basis bench step --data "$data" --device "$DEVICE" --json > "$OUT/step_$data.json" 2> "$OUT/step_$data.err" \
+            || echo "FAILED step $data: $(tail -1 "$OUT/step_$data.err")"
+        "$py" - "$OUT/step_$data.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(f"bench step {r['settings']['data']:>8}: {r['ms_per_iteration']['total']:7.2f} ms/step,"
+      f" RANSAC hypotheses median {r['ransac_hypotheses']['median']:.0f} (max {r['ransac_hypotheses']['max']:.0f})")
+PY
+    done
+    "$py" benchmarks/standin_features.py --out "$OUT/mnist.npz" --n-train "$N_TRAIN" --n-test "$N_TEST"
+    start=$SECONDS
+    "$py" -m basis reference --dataset mnist --features "$OUT/mnist.npz" --device "$DEVICE" --out "$OUT/reference.npz" \
+        --json > "$OUT/reference.json" 2> "$OUT/reference.err" || echo "FAILED reference: $(tail -1 "$OUT/reference.err")"
+    echo "reference of the ${N_TEST}-point test split: $((SECONDS - start)) s"
+    total=$((SECONDS - start))
+    for method in $METHODS; do
+        start=$SECONDS
+        "$py" -m basis run --method "$method" --dataset mnist --features "$OUT/mnist.npz" --reference "$OUT/reference.npz" \
+            --device "$DEVICE" --set "n_iter=$N_ITER" --seeds "${seeds[@]}" --out "$OUT/runs/$method/seed{seed}" --json \
+            > "$OUT/$method.json" 2> "$OUT/$method.err" || echo "FAILED $method: $(tail -1 "$OUT/$method.err")"
+        took=$((SECONDS - start))
+        total=$((total + took))
+        echo "$method: ${#seeds[@]} seeds x $N_ITER iterations in one process: $took s"
+    done
+    echo "one data set's Table 1 runs (${#seeds[@]} seeds x $(wc -w <<< "$METHODS") methods): $total s;"
+    echo "the paper's 4 data sets: $((4 * total)) s measured as 4 x one set (floor 900 s, goal 300 s)"
+} 2>&1 | tee "$OUT/summary.txt"
