@@ -24,7 +24,9 @@ from basis.studies import Figure, Study
 
 PACKAGE = Path(__file__).resolve().parent
 
-TOY_SETS = ("three_moons", "two_moons", "circles", "blobs", "spirals")
+#: The toy sets and their number of classes.
+TOY_CLASSES = {"three_moons": 3, "two_moons": 2, "circles": 2, "blobs": 4, "spirals": 2}
+TOY_SETS = tuple(TOY_CLASSES)
 IMAGE_SETS = ("mnist", "fashion_mnist", "svhn", "cifar10")
 #: Image sets whose runs embed Siamese features rather than raw pixels.
 FEATURE_SETS = (*IMAGE_SETS, "digits")
@@ -237,7 +239,6 @@ def study_runs(name: str, section: dict) -> dict[str, dict]:
 
 #: The class labels of every data set with classes to pick (the feature sets: ten each) and
 #: of the toy sets.
-TOY_CLASSES = {"three_moons": 3, "two_moons": 2, "circles": 2, "blobs": 4, "spirals": 2}
 CLASS_LABELS = {name: tuple(range(10)) for name in FEATURE_SETS} | {
     name: tuple(range(n)) for name, n in TOY_CLASSES.items()
 }
