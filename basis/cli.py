@@ -140,7 +140,8 @@ def _run_seed(args, seed: int, out: str | None, settings: dict, device: str, dat
             from basis.references import fingerprint
 
             source = args.features or f"{args.dataset} (data seed {args.data_seed}, {args.data_root})"
-            run.log_dataset(args.dataset, fingerprint(data.X_train), source)
+            digest = fingerprint(data.X_train)
+            run.log_dataset(args.dataset, digest, source, data.X_train, data.y_train)
         n_iter = settings.get("n_iter", 1)
         result = run_method(
             args.method,
@@ -165,8 +166,7 @@ def _run_seed(args, seed: int, out: str | None, settings: dict, device: str, dat
                 # Scores only: the same seed gives the same file (timings go to MLflow and stdout).
                 write_json(folder / "metrics.json", scores)
         if run:
-            final_step = n_iter - 1  # the training curve's last step: the model page shows that step
-            run.log_metrics({k: v for k, v in output.items() if k != "device"}, step=final_step)
+            final_step = n_iter - 1  # the model takes the curves' values of the last step
             if out:
                 for name in ("metrics.json", "embedding.npz", "model.pt"):
                     run.log_artifact(Path(out) / name)
@@ -184,7 +184,11 @@ def _run_seed(args, seed: int, out: str | None, settings: dict, device: str, dat
             run.set_description(description)
             if args.siamese:
                 run.log_artifact(args.siamese)
-            run.log_embedding_model(checkpoint, data.X_test[:5], description, name=run_name, step=final_step)
+            model_id = run.log_embedding_model(checkpoint, data.X_test[:5], description, name=run_name, step=final_step)
+            # The scores after the model, so that they are its metrics too, measured on the data
+            # set it links; at step 0, where MLflow charts them as bars that compare runs.
+            final = {k: v for k, v in output.items() if k != "device"}
+            run.log_metrics(final, model_id=model_id, dataset=(args.dataset, digest))
     return output
 
 

@@ -76,3 +76,17 @@ def knn_sensitivity(summary: pd.DataFrame, out: str | Path) -> None:
         ax.set_title(measure, fontsize=9)
     axes[0].legend(fontsize=7)
     save_figure(fig, out)
+
+
+def embedding_picture(embedding: np.ndarray, labels: np.ndarray, title: str, out: str | Path) -> None:
+    """A small PNG of a run's test embedding: its first two coordinates, coloured by class
+    (the picture an MLflow run of Table 1 carries beside its scores)."""
+    fig, ax = plt.subplots(figsize=(3.2, 3.2))
+    second = embedding[:, 1] if embedding.shape[1] > 1 else np.zeros(len(embedding))
+    ax.scatter(embedding[:, 0], second, c=CLUSTER_COLOURS(np.asarray(labels) % 10), s=3, linewidths=0)
+    ax.set_title(title, fontsize=8)
+    ax.set_xticks([])
+    ax.set_yticks([])
+    fig.tight_layout()
+    fig.savefig(out, dpi=100)
+    plt.close(fig)

@@ -69,11 +69,12 @@ def _pins_checked_by_version() -> Iterator[None]:
 
 def log_embedding_model(
     checkpoint: str | Path, input_example: np.ndarray, description: str, *, name: str = "model", step: int = 0
-) -> None:
+) -> str:
     """Log the estimator saved at ``checkpoint`` as the active run's model ``name``, with a
     signature and an input example taken from ``input_example`` (a few rows). The model
     takes the run's metrics of ``step`` (MLflow's model page shows those: the final step's
-    loss and scores) and ``description`` as its note (the page's Description)."""
+    loss and scores) and ``description`` as its note (the page's Description). Returns the
+    model's id."""
     from mlflow.models import infer_signature
 
     from basis.estimators import SpectralEstimator
@@ -81,7 +82,7 @@ def log_embedding_model(
     example = np.asarray(input_example, dtype=np.float32)
     output = SpectralEstimator.load(checkpoint, device="cpu").transform(example)
     with _pins_checked_by_version():
-        mlflow.pyfunc.log_model(
+        logged = mlflow.pyfunc.log_model(
             name=name,
             step=step,
             tags={"mlflow.note.content": description},
@@ -93,6 +94,7 @@ def log_embedding_model(
             pip_requirements=pip_requirements(),
             metadata={"description": description},
         )
+    return logged.model_id
 
 
 def load_embedding(model: str | Path, store: str | Path | None = None):

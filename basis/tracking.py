@@ -13,6 +13,7 @@ import getpass
 import hashlib
 import json
 import logging
+import math
 import os
 import subprocess
 import time
@@ -32,6 +33,48 @@ DEFAULT_STORE = Path("results/mlflow")
 KEY_TAGS = ("rule", "dataset", "method", "seed", "variant", "config_name")
 #: Per-step metric points buffered before one batched write.
 FLUSH_EVERY_POINTS = 500
+#: Significant digits of a metric in MLflow (the UI prints every digit; a run's exact scores
+#: are in its metrics.json).
+SHOWN_DIGITS = 4
+
+#: MLflow's names of a run's final scores, where the short name of metrics.json would be
+#: ambiguous. The part before the first "/" is the section the MLflow UI groups a run's
+#: charts by: ``eval`` (the paper's equations), ``authors`` (the same measures as the
+#: authors' code computes them), ``alignment`` (BASiS's batch alignment) and ``time``;
+#: per-step curves are ``train/...``, and MLflow's own ``system/...``.
+METRIC_NAMES = {
+    "acc": "eval/cluster_acc",  # K-means on the embedding, best label matching (0-1)
+    "accuracy": "eval/probe_accuracy_pct",  # a linear probe trained to convergence (%)
+    "accuracy_authors": "authors/probe_accuracy_pct",  # the authors' probe, as their code trains it (%)
+    "d_G_code": "authors/d_G",
+    "d_G_code_skew": "authors/d_G_skew",
+    "d_G_code_inliers": "authors/d_G_inliers",
+    "d_perp_code": "authors/d_perp",
+    "nmi_code": "authors/nmi",
+    "alignment_error_median": "alignment/error_median",
+    "alignment_error_max": "alignment/error_max",
+    "ransac_fallbacks": "alignment/ransac_fallbacks",
+    "ransac_unsure_batches": "alignment/ransac_unsure_batches",
+}
+
+
+def metric_name(key: str, *, per_step: bool = False) -> str:
+    """The MLflow name of metric ``key``: :data:`METRIC_NAMES`, else ``time/`` for timings,
+    ``train/`` for other per-step values and ``eval/`` for other final ones; a name that
+    has a section already is kept."""
+    if "/" in key:
+        return key
+    if key in METRIC_NAMES:
+        return METRIC_NAMES[key]
+    if key.startswith("ms_") or key.endswith("_seconds"):
+        return f"time/{key}"
+    return f"train/{key}" if per_step else f"eval/{key}"
+
+
+def shown_value(value: float) -> float:
+    """``value`` as MLflow shows it: rounded to :data:`SHOWN_DIGITS` significant digits."""
+    value = float(value)
+    return float(f"{value:.{SHOWN_DIGITS}g}") if math.isfinite(value) else value
 
 
 def tracking_uri(store: str | Path = DEFAULT_STORE) -> str:
@@ -70,14 +113,16 @@ STAGE_DESCRIPTIONS = {
 
 
 #: The runs experiment's shared view (MLflow's ``viewStateShareKey``): Table 1's current runs
-#: grouped by data set and method (seeds averaged, each group unfolds into its seeds), with
-#: Table 1's scores as columns.
+#: with its scores as columns. Once Table 1 is assembled, each row is a method on a data set
+#: (its parent run, :func:`summarise_seeds`: the seeds' mean), unfolding into its seeds.
 TABLE1_VIEW = "table1"
 TABLE1_METRICS = ("d_G", "d_perp", "nmi", "acc", "accuracy")
 
 
 def table1_view() -> str:
-    """The JSON of :data:`TABLE1_VIEW`, in the view-state format of MLflow 3.17's UI."""
+    """The JSON of :data:`TABLE1_VIEW`, in the view-state format of MLflow 3.17's UI. The
+    parents do not match its filter: MLflow shows a matching run under its parent when the
+    runs are sorted by start time."""
     return json.dumps(
         {
             "searchFilter": "tags.rule = 'train_and_evaluate' and tags.superseded IS NULL",
@@ -87,12 +132,8 @@ def table1_view() -> str:
             "lifecycleFilter": "Active",
             "modelVersionFilter": "All Runs",
             "datasetsFilter": [],
-            "selectedColumns": [f"metrics.`{name}`" for name in TABLE1_METRICS],
-            "groupBy": {
-                "aggregateFunction": "average",
-                "groupByKeys": [{"mode": "param", "groupByData": key} for key in ("dataset", "method")],
-            },
-            "useGroupedValuesInCharts": True,
+            "selectedColumns": [f"metrics.`{metric_name(name)}`" for name in TABLE1_METRICS],
+            "chartsSearchFilter": "eval/",  # the chart view opens on the scores, one bar per run
         }
     )
 
@@ -215,7 +256,9 @@ class TrackedRun:
         from mlflow.entities import Metric
 
         stamp = int(time.time() * 1000)
-        self._pending += [Metric(k, float(v), stamp, step) for k, v in values.items() if v == v]
+        self._pending += [
+            Metric(metric_name(k, per_step=True), shown_value(v), stamp, step) for k, v in values.items() if v == v
+        ]
         if len(self._pending) >= FLUSH_EVERY_POINTS:
             self.flush()
 
@@ -226,13 +269,27 @@ class TrackedRun:
         self._pending = []
 
     @timed_calls("tracking")
-    def log_metrics(self, values: dict[str, float], step: int = 0) -> None:
-        """Final metrics, in one batch, at ``step`` (a training run's last step, so that they
-        sit beside the final loss on the model's page)."""
+    def log_metrics(
+        self,
+        values: dict[str, float],
+        step: int = 0,
+        *,
+        model_id: str | None = None,
+        dataset: tuple[str, str] | None = None,
+    ) -> None:
+        """Final metrics, in one batch, at ``step``, under their MLflow names
+        (:func:`metric_name`) and as MLflow shows them (:func:`shown_value`). At step 0
+        MLflow's charts show them as bars, one per run; a later step makes them lines. With
+        ``model_id`` they are the logged model's metrics too, measured on ``dataset`` (name,
+        digest), which the model's page links."""
         from mlflow.entities import Metric
 
         stamp = int(time.time() * 1000)
-        self.client.log_batch(self.run_id, metrics=[Metric(k, float(v), stamp, step) for k, v in values.items()])
+        name, digest = dataset or (None, None)
+        metrics = [
+            Metric(metric_name(k), shown_value(v), stamp, step, model_id, name, digest) for k, v in values.items()
+        ]
+        self.client.log_batch(self.run_id, metrics=metrics)
 
     @timed_calls("tracking")
     def set_description(self, text: str) -> None:
@@ -240,11 +297,23 @@ class TrackedRun:
         self.client.set_tag(self.run_id, "mlflow.note.content", text)
 
     @timed_calls("tracking")
-    def log_dataset(self, name: str, digest: str, source: str, context: str = "training") -> None:
-        """The data set a run used, as an MLflow input (the UI's Datasets column)."""
+    def log_dataset(self, name: str, digest: str, source: str, features, targets, context: str = "training") -> None:
+        """The data set a run used, as an MLflow input (the UI's Datasets column and drawer):
+        where it comes from, and the dtype and shape of its ``features`` and ``targets``."""
         from mlflow.entities import Dataset, DatasetInput, InputTag
 
-        dataset = Dataset(name=name, digest=digest, source_type="local", source=source)
+        def tensor(array) -> str:
+            spec = {"dtype": str(array.dtype), "shape": [-1, *array.shape[1:]]}
+            return json.dumps([{"type": "tensor", "tensor-spec": spec}])
+
+        dataset = Dataset(
+            name=name,
+            digest=digest,
+            source_type="local",
+            source=json.dumps({"uri": source}),
+            schema=json.dumps({"mlflow_tensorspec": {"features": tensor(features), "targets": tensor(targets)}}),
+            profile=json.dumps({"features_shape": list(features.shape), "targets_shape": list(targets.shape)}),
+        )
         # The first run to log a data set creates its record: concurrent jobs take turns.
         with _store_lock(self.store):
             self.client.log_inputs(
@@ -258,17 +327,18 @@ class TrackedRun:
     @timed_calls("tracking")
     def log_embedding_model(
         self, checkpoint: str | Path, input_example, description: str, *, name: str = "model", step: int = 0
-    ) -> None:
+    ) -> str:
         """The fitted estimator saved at ``checkpoint`` as this run's MLflow model ``name``:
         its prediction is the estimator's ``transform`` (see :mod:`basis.serving`); it takes
-        the run's metrics of ``step``, so the buffered steps are written first."""
+        the run's metrics of ``step``, so the buffered steps are written first. Returns the
+        model's id."""
         import mlflow
 
         from basis.serving import log_embedding_model
 
         self.flush()
         with scoped_tracking_uri(self.client.tracking_uri), mlflow.start_run(run_id=self.run_id):
-            log_embedding_model(checkpoint, input_example, description, name=name, step=step)
+            return log_embedding_model(checkpoint, input_example, description, name=name, step=step)
 
 
 @contextmanager
@@ -357,6 +427,72 @@ def parent_run(mlflow_client, experiment_id: str, name: str, store: str | Path =
         run = mlflow_client.create_run(experiment_id, run_name=name, tags={"basis.parent": name})
         mlflow_client.set_terminated(run.info.run_id, "FINISHED")
         return run.info.run_id
+
+
+#: The tag of a run that summarises one data set's seeds of one method (``<dataset>/<method>``).
+SUMMARY_TAG = "basis.summary"
+
+
+def summarise_seeds(
+    mlflow_client,
+    experiment_id: str,
+    dataset: str,
+    method: str,
+    seeds: list[int],
+    scores: dict[str, tuple[float, float]],
+    store: str | Path = DEFAULT_STORE,
+) -> tuple[str, list]:
+    """The parent run of ``method``'s current runs of ``seeds`` on ``dataset``; returns its id
+    and those runs. It spans
+    them (started with the first, finished after the last), holds the parameters and data
+    set they share, and ``scores`` (measure -> mean, std over seeds) under the seeds' own
+    metric names (the std as ``std/<name>``), so that a chart of a score compares methods.
+    A summary made before (an older set of seeds) is deleted; its seeds stay superseded."""
+    from mlflow.entities import DatasetInput, Metric, Param
+
+    wanted = {str(seed) for seed in seeds}
+    seeds = [
+        run
+        for run in _search_all(mlflow_client, [experiment_id], "attributes.status = 'FINISHED'")
+        if run.data.tags.get("dataset") == dataset
+        and run.data.tags.get("method") == method
+        and run.data.tags.get("seed") in wanted
+        and "superseded" not in run.data.tags
+    ]
+    if len(seeds) != len(wanted):
+        raise ValueError(f"{len(seeds)} current runs of {method} on {dataset} for the seeds {sorted(wanted)}")
+    key = f"{dataset}/{method}"
+    older = [run for run in _search_all(mlflow_client, [experiment_id]) if run.data.tags.get(SUMMARY_TAG) == key]
+    shared = {k: v for k, v in seeds[0].data.params.items() if k != "seed"}
+    shared = {k: v for k, v in shared.items() if all(run.data.params.get(k) == v for run in seeds)}
+    description = f"{method} on {dataset}: the mean of its {len(seeds)} seeds (std/...: their spread); unfold for each."
+    summary = mlflow_client.create_run(
+        experiment_id,
+        run_name=f"{dataset}: {method}",
+        start_time=min(run.info.start_time for run in seeds),
+        tags={SUMMARY_TAG: key, "dataset": dataset, "method": method, "mlflow.note.content": description},
+    )
+    run_id = summary.info.run_id
+    params = [Param(k, v) for k, v in sorted({**shared, "n_seeds": str(len(seeds))}.items())]
+    for start in range(0, len(params), 100):
+        mlflow_client.log_batch(run_id, params=params[start : start + 100])
+    inputs = {(i.dataset.name, i.dataset.digest): i for run in seeds for i in run.inputs.dataset_inputs}
+    if inputs:
+        with _store_lock(store):
+            mlflow_client.log_inputs(run_id, datasets=[DatasetInput(i.dataset, i.tags) for i in inputs.values()])
+    stamp = int(time.time() * 1000)
+    metrics = []
+    for measure, (mean, std) in scores.items():
+        name = metric_name(measure)
+        metrics += [Metric(name, shown_value(mean), stamp, 0), Metric(f"std/{name}", shown_value(std), stamp, 0)]
+    metrics = [m for m in metrics if m.value == m.value]  # a measure some seeds lack
+    mlflow_client.log_batch(run_id, metrics=metrics)
+    for run in seeds:
+        mlflow_client.set_tag(run.info.run_id, "mlflow.parentRunId", run_id)
+    mlflow_client.set_terminated(run_id, "FINISHED")
+    for run in older:
+        mlflow_client.delete_run(run.info.run_id)
+    return run_id, seeds
 
 
 @contextmanager

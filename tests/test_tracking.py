@@ -157,16 +157,102 @@ def test_the_logged_model_carries_its_name_description_and_the_final_steps_metri
     experiment = client.get_experiment_by_name("demo-runs")
     assert experiment.tags["mlflow.note.content"] == tracking.STAGE_DESCRIPTIONS["runs"]
     view = json.loads(experiment.tags[f"mlflow.sharedViewState.{tracking.TABLE1_VIEW}"])  # the UI's Table 1 view
-    assert view["selectedColumns"] == [f"metrics.`{m}`" for m in tracking.TABLE1_METRICS]
-    assert [k["groupByData"] for k in view["groupBy"]["groupByKeys"]] == ["dataset", "method"]
+    assert view["selectedColumns"] == [
+        "metrics.`eval/d_G`",
+        "metrics.`eval/d_perp`",
+        "metrics.`eval/nmi`",
+        "metrics.`eval/cluster_acc`",
+        "metrics.`eval/probe_accuracy_pct`",
+    ]
+    assert view["searchFilter"] == "tags.rule = 'train_and_evaluate' and tags.superseded IS NULL"
     (run,) = client.search_runs([experiment.experiment_id])
     (model,) = client.search_logged_models([experiment.experiment_id])
     assert model.name == "two_moons-basis-seed0" and model.source_run_id == run.info.run_id
     assert model.tags["mlflow.note.content"] == run.data.tags["mlflow.note.content"]
     assert "raw two_moons points" in model.tags["mlflow.note.content"]
-    losses = client.get_metric_history(run.info.run_id, "loss")
+    losses = client.get_metric_history(run.info.run_id, "train/loss")
     last = max(losses, key=lambda m: m.step)
     shown = {m.key: m for m in model.metrics}
-    assert last.step == 5 and shown["loss"].step == 5 and shown["loss"].value == last.value
-    assert shown["loss"].value != min(losses, key=lambda m: m.step).value  # not step 0's loss
-    assert {"nmi", "d_G", "acc"} <= set(shown) and shown["nmi"].value == run.data.metrics["nmi"]
+    assert last.step == 5 and shown["train/loss"].step == 5 and shown["train/loss"].value == last.value
+    assert shown["train/loss"].value != min(losses, key=lambda m: m.step).value  # not step 0's loss
+    assert {"eval/nmi", "eval/d_G", "eval/cluster_acc"} <= set(shown)
+    assert shown["eval/nmi"].value == run.data.metrics["eval/nmi"]
+    # the scores are measured on the run's data set, which the model page links
+    (dataset,) = [i.dataset for i in run.inputs.dataset_inputs]
+    # the UI's data set drawer: where it comes from, its features' and labels' dtype and shape
+    assert json.loads(dataset.source)["uri"].startswith("two_moons (data seed 0")
+    spec = json.loads(dataset.schema)["mlflow_tensorspec"]
+    assert json.loads(spec["features"])[0]["tensor-spec"] == {"dtype": "float32", "shape": [-1, 2]}
+    assert json.loads(dataset.profile)["features_shape"][1] == 2
+    assert (shown["eval/d_G"].dataset_name, shown["eval/d_G"].dataset_digest) == (dataset.name, dataset.digest)
+    # shown to four significant digits; metrics.json keeps every digit
+    exact = json.loads((tmp_path / "o" / "metrics.json").read_text())
+    assert shown["eval/d_G"].value == float(f"{exact['d_G']:.4g}") and run.data.metrics["eval/d_G"] != exact["d_G"]
+
+
+def test_metric_names_say_what_each_score_is_and_group_the_charts():
+    """acc (K-means, 0-1), accuracy (a converged probe, %) and accuracy_authors (the
+    authors' probe, %) get names nobody confuses; sections: eval, authors, alignment,
+    time, train."""
+    named = {key: tracking.metric_name(key) for key in ("acc", "accuracy", "accuracy_authors", "d_G", "d_G_code")}
+    assert named == {
+        "acc": "eval/cluster_acc",
+        "accuracy": "eval/probe_accuracy_pct",
+        "accuracy_authors": "authors/probe_accuracy_pct",
+        "d_G": "eval/d_G",
+        "d_G_code": "authors/d_G",
+    }
+    assert tracking.metric_name("loss", per_step=True) == "train/loss"
+    assert tracking.metric_name("ms_step", per_step=True) == "time/ms_step"
+    assert tracking.metric_name("train_seconds") == "time/train_seconds"
+    assert tracking.metric_name("combined/nmi_mean") == "combined/nmi_mean"  # a study's own section
+    assert tracking.shown_value(0.123456789) == 0.1235 and tracking.shown_value(123456.7) == 123500
+
+
+def _seed_run(client, experiment_id, method, seed, n_iter):
+    from mlflow.entities import Dataset, DatasetInput, InputTag, Param
+
+    run = client.create_run(experiment_id, run_name=f"digits-{method}-seed{seed}")
+    for key, value in {"dataset": "digits", "method": method, "seed": str(seed), "rule": "train_and_evaluate"}.items():
+        client.set_tag(run.info.run_id, key, value)
+    params = {"method": method, "dataset": "digits", "seed": str(seed), "n_iter": str(n_iter)}
+    client.log_batch(run.info.run_id, params=[Param(k, v) for k, v in params.items()])
+    dataset = Dataset(name="digits", digest="abc", source_type="local", source="digits")
+    client.log_inputs(run.info.run_id, [DatasetInput(dataset, [InputTag("mlflow.data.context", "training")])])
+    client.set_terminated(run.info.run_id, "FINISHED")
+    return run.info.run_id
+
+
+def test_each_methods_seeds_get_a_parent_that_spans_them_and_shares_their_metric_names(tmp_path):
+    client = tracking.client(tmp_path)
+    experiment_id = tracking.ensure_experiments(["demo-runs"], tmp_path)["demo-runs"]
+    methods = ("basis", "specnet1")
+    seeds = {method: [_seed_run(client, experiment_id, method, s, 20) for s in (0, 1)] for method in methods}
+    scores = {"d_G": (0.123456, 0.01), "acc": (0.9, 0.02)}
+    parents = {}
+    for method in seeds:
+        parents[method], children = tracking.summarise_seeds(client, experiment_id, "digits", method, [0, 1], scores)
+        assert sorted(r.info.run_id for r in children) == sorted(seeds[method])
+    for method, parent_id in parents.items():
+        parent = client.get_run(parent_id)
+        assert parent.info.run_name == f"digits: {method}" and parent.info.status == "FINISHED"
+        assert parent.data.metrics == {
+            "eval/d_G": 0.1235,
+            "std/eval/d_G": 0.01,
+            "eval/cluster_acc": 0.9,
+            "std/eval/cluster_acc": 0.02,
+        }
+        assert parent.data.params == {"method": method, "dataset": "digits", "n_iter": "20", "n_seeds": "2"}
+        assert [i.dataset.name for i in parent.inputs.dataset_inputs] == ["digits"]
+        seed_runs = [client.get_run(run_id) for run_id in seeds[method]]
+        assert all(r.data.tags["mlflow.parentRunId"] == parent_id for r in seed_runs)
+        assert parent.info.start_time == min(r.info.start_time for r in seed_runs)
+        assert parent.info.end_time >= max(r.info.end_time for r in seed_runs)
+    # a rerun of one seed: its old run is superseded, the new parent replaces the old one
+    client.set_tag(seeds["basis"][1], "superseded", "true")
+    rerun = _seed_run(client, experiment_id, "basis", 1, 20)
+    new_parent, _ = tracking.summarise_seeds(client, experiment_id, "digits", "basis", [0, 1], scores)
+    assert client.get_run(parents["basis"]).info.lifecycle_stage == "deleted"
+    assert client.get_run(rerun).data.tags["mlflow.parentRunId"] == new_parent
+    active = client.search_runs([experiment_id], "tags.`basis.summary` = 'digits/basis'")
+    assert [r.info.run_id for r in active] == [new_parent]

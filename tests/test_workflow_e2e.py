@@ -8,6 +8,7 @@ browser screenshot of the experiment page.
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import socket
@@ -52,7 +53,8 @@ def runs(folder, stage):
     mlflow_client = client(folder / "results" / "mlflow")
     experiment = mlflow_client.get_experiment_by_name(f"tiny-{stage}")
     found = mlflow_client.search_runs([experiment.experiment_id], max_results=1000)
-    return mlflow_client, [run for run in found if "basis.parent" not in run.data.tags]
+    grouping = ("basis.parent", "basis.summary")
+    return mlflow_client, [run for run in found if not any(tag in run.data.tags for tag in grouping)]
 
 
 @pytest.fixture(scope="module")
@@ -84,34 +86,43 @@ def test_mlflow_holds_every_run_with_its_metrics(workflow):
         assert run.info.status == "FINISHED"
         metrics = run.data.metrics
         assert {
-            "d_G",
-            "d_perp",
-            "nmi",
-            "acc",
-            "accuracy",
-            "train_seconds",
-            "d_G_code",
-            "d_perp_code",
-            "nmi_code",
-            "accuracy_authors",
+            "eval/d_G",
+            "eval/d_perp",
+            "eval/nmi",
+            "eval/cluster_acc",
+            "eval/probe_accuracy_pct",
+            "time/train_seconds",
+            "authors/d_G",
+            "authors/d_perp",
+            "authors/nmi",
+            "authors/probe_accuracy_pct",
         } <= set(metrics)
-        assert metrics["accuracy"] / 100 >= metrics["acc"] - 0.02  # a converged probe reads what K-means finds
+        # a converged probe reads what K-means finds
+        assert metrics["eval/probe_accuracy_pct"] / 100 >= metrics["eval/cluster_acc"] - 0.02
         assert {"rule", "dataset", "method", "seed", "git_commit", "config_hash"} <= set(run.data.tags)
         assert run.data.params["n_iter"] == "20"
         # resolved values, not "auto" and None; MLflow's own source tags; the data set as an input
         assert run.data.params["device"] == "cpu" and run.data.params["n_components"] == "10"
         assert run.data.tags["mlflow.source.git.commit"] == run.data.tags["git_commit"]
         assert [i.dataset.name for i in run.inputs.dataset_inputs] == ["digits"]
-        assert len(client.get_metric_history(run.info.run_id, "loss")) == 20  # one point per step
-        assert {a.path for a in client.list_artifacts(run.info.run_id)} >= {"metrics.json", "model.pt", "embedding.npz"}
+        assert len(client.get_metric_history(run.info.run_id, "train/loss")) == 20  # one point per step
+        artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+        assert artifacts >= {"metrics.json", "model.pt", "embedding.npz", "embedding.png"}
     # system metrics are sampled every second: runs that last that long have them
     assert any(key.startswith("system/") for run in training for key in run.data.metrics)
-    # the seeds of each data set are grouped under one parent run, which shows Table 1
+    # each method's seeds on a data set are grouped under a parent run that shows their mean
+    # and std under the seeds' own metric names, so that a chart of one compares the methods
     parents = {run.data.tags["mlflow.parentRunId"] for run in training}
-    assert len(parents) == 1
-    parent = client.get_run(parents.pop())
-    assert parent.info.run_name == "digits: Table 1 seeds"
-    assert {"basis/nmi/mean", "specnet2/d_G_own_basis/mean", "specnet1/accuracy/std"} <= set(parent.data.metrics)
+    assert len(parents) == len(METHODS)
+    table = pd.read_csv(workflow / "results/paper/table1.csv", header=[0, 1], index_col=[0, 1])
+    for parent in map(client.get_run, parents):
+        method = parent.data.params["method"]
+        assert parent.info.run_name == f"digits: {method}" and parent.data.params["n_seeds"] == "2"
+        assert parent.data.metrics["eval/nmi"] == float(f"{table.loc[('digits', method), ('nmi', 'mean')]:.4g}")
+        assert {"std/eval/nmi", "authors/probe_accuracy_pct"} <= set(parent.data.metrics)
+        assert [i.dataset.name for i in parent.inputs.dataset_inputs] == ["digits"]
+        seeds = [r for r in training if r.data.tags["mlflow.parentRunId"] == parent.info.run_id]
+        assert parent.info.end_time >= max(r.info.end_time for r in seeds)  # finished after its seeds
     # every run name is unique in its experiment (sweep values and settings are in the name)
     for stage in ("runs", "sensitivity", "ablation", "studies", "references"):
         current = [r.info.run_name for r in runs(workflow, stage)[1] if "superseded" not in r.data.tags]
@@ -135,7 +146,8 @@ def test_mlflow_holds_every_run_with_its_metrics(workflow):
     # Table 1's reference and the sweep's two: each logs its cost by stage and its neighbour search
     _, references = runs(workflow, "references")
     assert len(references) == 3 and all(r.data.tags["neighbors"] == "exact" for r in references)
-    assert all({"knn_seconds", "graph_seconds", "eigen_seconds"} <= set(r.data.metrics) for r in references)
+    timings = {"time/knn_seconds", "time/graph_seconds", "time/eigen_seconds"}
+    assert all(timings <= set(r.data.metrics) for r in references)
 
 
 def test_every_figure_and_study_number_is_there(workflow):
@@ -413,21 +425,51 @@ def test_ui_server_serves_the_runs_over_rest(ui_server):
         found = json.load(r)["runs"]
     finished = [run for run in found if run["info"]["status"] == "FINISHED"]
     current = [run for run in finished if {"key": "superseded", "value": "true"} not in run["data"]["tags"]]
-    # one run per method and seed that no rerun superseded, + the parent run of the digits seeds
-    assert len(current) == len(METHODS) * 2 + 1
-    finished = [run for run in finished if run["info"]["run_name"] != "digits: Table 1 seeds"]
-    metric_keys = {m["key"] for m in finished[0]["data"]["metrics"]}
-    assert {"d_G", "nmi", "acc", "loss"} <= metric_keys
+    # one run per method and seed that no rerun superseded, + each method's parent run
+    assert len(current) == len(METHODS) * 3
+    seeds = [run for run in current if not run["info"]["run_name"].startswith("digits: ")]
+    metric_keys = {m["key"] for m in seeds[0]["data"]["metrics"]}
+    assert {"eval/d_G", "eval/nmi", "eval/cluster_acc", "train/loss"} <= metric_keys
 
 
-def test_browser_opens_table1s_view_with_the_methods_side_by_side(ui_server, workflow, tmp_path):
-    """The README's UI address (`python -m basis tracking url`) opens in model-training mode
-    on Table 1's runs: one group per data set and method, with the metrics' numbers."""
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if browser is None:
+#: Where the browser tests leave their screenshots (CI keeps them as the run's artifacts).
+SCREENSHOTS = Path(os.environ.get("BASIS_TEST_ARTIFACTS", ROOT / "test-artifacts")) / "mlflow-ui"
+
+
+def js_number(value: float) -> str:
+    """``value`` as the UI's JavaScript prints it (positional, no trailing zeros)."""
+    return np.format_float_positional(value, trim="-")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """A headless Chromium that renders a page at a laptop's size: ``browser(url, name)``
+    returns the page's DOM once its JavaScript has run, and keeps a screenshot
+    ``<name>.png`` in :data:`SCREENSHOTS`."""
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
         if os.environ.get("CI"):
             pytest.fail("chromium is missing: .ci/run installs it (apt-get install chromium chromium-driver)")
         pytest.skip("chromium not installed (apt-get install chromium chromium-driver)")
+    # charts draw only in the visible part of the window; virtual time lets the page settle
+    common = [found, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=60000"]
+    common.append("--window-size=1400,1100")
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+
+    def render(url: str, name: str) -> str:
+        shot = SCREENSHOTS / f"{name}.png"
+        shot.unlink(missing_ok=True)
+        subprocess.run([*common, f"--screenshot={shot}", url], capture_output=True, timeout=HANG_GUARD_S)
+        assert shot.exists() and shot.stat().st_size > 10_000, name
+        done = subprocess.run([*common, "--dump-dom", url], capture_output=True, text=True, timeout=HANG_GUARD_S)
+        return done.stdout
+
+    return render
+
+
+@pytest.fixture(scope="module")
+def table1_page(ui_server, workflow):
+    """The README's UI address of Table 1 (`python -m basis tracking url`)."""
     done = subprocess.run(
         [sys.executable, "-m", "basis", "tracking", "url", "--experiment", "tiny-runs", "--ui", ui_server],
         capture_output=True,
@@ -439,20 +481,43 @@ def test_browser_opens_table1s_view_with_the_methods_side_by_side(ui_server, wor
     assert done.returncode == 0, done.stderr
     page = done.stdout.strip()
     assert page.startswith(f"{ui_server}/#/experiments/") and "workflowType=machine_learning" in page
-    common = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=20000"]
-    dom = subprocess.run([*common, "--dump-dom", page], capture_output=True, text=True, timeout=HANG_GUARD_S).stdout
-    # the view's runs table, rendered by the UI's JavaScript: a group per method of digits
+    return page
+
+
+def test_browser_opens_table1_with_a_row_per_method_and_its_scores(browser, table1_page, workflow):
+    """The page opens in model-training mode on Table 1: a row per data set and method (its
+    parent run) with the seeds' mean scores as numbers, each row unfolding into its seeds."""
+    dom = browser(table1_page, "table1")
     assert "Error loading shared view" not in dom
     for method in METHODS:
-        assert f"method: {method}" in dom, method
-    assert 'col-id="metrics.`acc`"' in dom and "digits-basis-seed0" in dom
-    # the cells hold numbers: BASiS's group shows its seeds' average ACC
-    _, training = runs(workflow, "runs")
-    current = [r for r in training if r.data.tags["method"] == "basis" and "superseded" not in r.data.tags]
-    accs = [r.data.metrics["acc"] for r in current]
-    assert str(sum(accs) / len(accs))[:5] in dom
-    shot = workflow / "results" / "mlflow_ui.png"
-    subprocess.run(
-        [*common, "--window-size=1400,900", f"--screenshot={shot}", page], capture_output=True, timeout=HANG_GUARD_S
-    )
-    assert shot.exists() and shot.stat().st_size > 10_000
+        assert f">digits: {method}<" in dom, method
+    assert 'col-id="metrics.`eval/cluster_acc`"' in dom and 'col-id="metrics.`eval/d_G`"' in dom
+    # BASiS's row shows its seeds' mean ACC as Table 1 has it, rounded as MLflow shows it
+    table = pd.read_csv(workflow / "results/paper/table1.csv", header=[0, 1], index_col=[0, 1])
+    mean_acc = table.loc[("digits", "basis"), ("acc", "mean")]
+    assert f">{js_number(float(f'{mean_acc:.4g}'))}<" in dom
+
+
+def test_browser_charts_put_the_methods_side_by_side(browser, table1_page):
+    """The view's chart mode opens on the scores: in each chart one bar per method (its
+    parent run, the seeds' mean), BASiS beside the other methods."""
+    dom = browser(f"{table1_page}&compareRunsMode=CHART", "table1-charts")
+    charts = dom.split('class="trace bars"')[1:]
+    assert len(charts) >= 5  # eval/d_G, eval/d_perp, eval/nmi, eval/cluster_acc, eval/probe_accuracy_pct, ...
+    first = charts[0].split('class="hoverlayer"')[0]
+    assert first.count('class="point"') == len(METHODS)
+    legends = set(re.findall(r">(digits: [a-z0-9_]+)</span>", dom))
+    assert {f"digits: {method}" for method in METHODS} <= legends
+
+
+def test_browser_model_page_shows_its_description_final_loss_and_data_set(browser, ui_server, workflow):
+    client, training = runs(workflow, "runs")
+    (run,) = [r for r in training if r.info.run_name == "digits-basis-seed0" and "superseded" not in r.data.tags]
+    (model,) = [m for m in client.search_logged_models([run.info.experiment_id]) if m.source_run_id == run.info.run_id]
+    page = f"{ui_server}/#/experiments/{run.info.experiment_id}/models/{model.model_id}?workflowType=machine_learning"
+    dom = browser(page, "model")
+    assert model.name == "digits-basis-seed0" and f">{model.name}<" in dom
+    assert run.data.tags["mlflow.note.content"] in dom and "No description" not in dom
+    last = max(client.get_metric_history(run.info.run_id, "train/loss"), key=lambda m: m.step)
+    assert last.step == 19 and f">{js_number(last.value)}<" in dom  # the final loss, not step 0's
+    assert "Datasets used" in dom and re.search(r">digits \(#[0-9a-f]+\)<", dom)

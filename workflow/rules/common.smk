@@ -244,9 +244,9 @@ def reference_command(wildcards, input, output, settings):
     ]
 
 
-# The MLflow run each sweep's runs and each data set's seeds are grouped under; table1
-# logs Table 1's mean and std onto the Table 1 parents.
-PARENTS = {"runs": "{dataset}: Table 1 seeds", "sensitivity": "{dataset}: kNN sweep", "ablation": "{dataset}: ablation"}
+# The MLflow run each sweep's runs are grouped under. Table 1's seeds get theirs from table1,
+# once they have finished: one per data set and method, with their mean and std.
+PARENTS = {"sensitivity": "{dataset}: kNN sweep", "ablation": "{dataset}: ablation"}
 
 
 # A run rule's job trains one seed ({seed} in its paths), or with seeds_in_one_job every
@@ -294,8 +294,7 @@ def run_command(method, wildcards, input, output, experiment, settings, n_seeds)
         config["data_seed"],
         "--track",
         experiment,
-        "--parent",
-        PARENTS[stage].format(dataset=wildcards.dataset),
+        *(["--parent", PARENTS[stage].format(dataset=wildcards.dataset)] if stage in PARENTS else []),
         *(["--reference", reference] if reference else []),
         *features_option(input),
         *siamese_option(input),

@@ -21,7 +21,6 @@ rule table1:
     threads: 1
     params:
         runs_experiment=EXPERIMENTS["runs"],
-        parent=lambda wildcards: PARENTS["runs"],  # a template, formatted per data set by the script
         code=CODE_PRESENTATION,
         experiment=EXPERIMENTS["paper"],
         tags=lambda wildcards: run_tags(wildcards, "table1"),
