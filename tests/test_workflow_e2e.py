@@ -9,6 +9,7 @@ import json
 import math
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -372,29 +373,25 @@ def _free_port():
         return sock.getsockname()[1]
 
 
+def readme_ui_command(port: int) -> list[str]:
+    """The README's command that starts the MLflow UI, as written but for its port (5000 may
+    be taken on a shared machine)."""
+    (line,) = [line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith(".venv/bin/mlflow ui")]
+    command = shlex.split(line.split("#")[0])
+    assert command[command.index("--port") + 1] == "5000"
+    command[command.index("--port") + 1] = str(port)
+    return command
+
+
 @pytest.fixture(scope="module")
 def ui_server(workflow):
+    """The UI as the README starts it, from the folder that holds results/ (its .venv: the
+    environment that runs the tests)."""
     port = _free_port()
-    store = workflow / "results" / "mlflow" / "mlflow.db"
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mlflow",
-            "server",
-            "--backend-store-uri",
-            f"sqlite:///{store}",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--workers",
-            "1",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        cwd=workflow,
-    )
+    if not (workflow / ".venv").exists():
+        (workflow / ".venv").symlink_to(sys.prefix)
+    output = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    server = subprocess.Popen(readme_ui_command(port), cwd=workflow, **output)
     url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(120):
