@@ -341,6 +341,24 @@ def test_the_workflow_profile_splits_each_stage_into_its_jobs_phases(workflow):
     assert "Per-job overhead" in done.stdout
 
 
+def test_the_projection_times_every_rule_of_the_dag_from_the_finished_run(workflow):
+    # As BENCHMARKS.md gives it, from the folder that holds results/ and .snakemake/
+    command = [sys.executable, str(ROOT / "benchmarks/paper_projection.py"), "--configfile", TINY]
+    done = subprocess.run(
+        [*command, "--timings", ".", "--cores", "2", "--gpus", "0", "1"],
+        capture_output=True,
+        text=True,
+        cwd=workflow,
+        timeout=HANG_GUARD_S,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = {line.split("|")[1].strip(): line for line in done.stdout.splitlines() if line.startswith("| ")}
+    assert rows["train_and_evaluate"].startswith(f"| train_and_evaluate | {len(METHODS) * 2} |")
+    assert "not measured" not in done.stdout  # every rule of the tiny DAG ran
+    cpu, gpu = re.findall(r"projected wall time on .*: (\d+) s", done.stdout)
+    assert int(cpu) > 0 and int(gpu) > 0
+
+
 # Last of the workflow's tests: it leaves the runs' jobs in the seeds-in-one-job layout.
 def test_seeds_in_one_job_write_the_same_files_and_supersede_each_seeds_run(workflow):
     targets = [workflow / f"results/runs/digits/basis/seed{seed}/metrics.json" for seed in (0, 1)]
