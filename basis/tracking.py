@@ -429,6 +429,14 @@ def parent_run(mlflow_client, experiment_id: str, name: str, store: str | Path =
         return run.info.run_id
 
 
+def finish_parent(mlflow_client, experiment_id: str, name: str, store: str | Path = DEFAULT_STORE) -> str:
+    """Mark the parent run ``name`` of a sweep (:func:`parent_run`, made by its first run)
+    finished now, once its runs are done, so that it spans them; returns its id."""
+    run_id = parent_run(mlflow_client, experiment_id, name, store)
+    mlflow_client.set_terminated(run_id, "FINISHED")
+    return run_id
+
+
 #: The tag of a run that summarises one data set's seeds of one method (``<dataset>/<method>``).
 SUMMARY_TAG = "basis.summary"
 

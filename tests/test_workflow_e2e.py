@@ -144,6 +144,11 @@ def test_mlflow_holds_every_run_with_its_metrics(workflow):
     assert len(studies) == 9 and all(r.info.status == "FINISHED" for r in studies)
     # three alignments, on clean anchors and with anchor outliers
     assert len(runs(workflow, "sensitivity")[1]) == 4 and len(runs(workflow, "ablation")[1]) == 6
+    # each sweep's parent run ends after the runs it groups
+    for stage in ("sensitivity", "ablation"):
+        _, sweep = runs(workflow, stage)
+        (parent,) = {run.data.tags["mlflow.parentRunId"] for run in sweep}
+        assert client.get_run(parent).info.end_time >= max(run.info.end_time for run in sweep), stage
     # Table 1's reference and the sweep's two: each logs its cost by stage and its neighbour search
     _, references = runs(workflow, "references")
     assert len(references) == 3 and all(r.data.tags["neighbors"] == "exact" for r in references)

@@ -89,6 +89,8 @@ rule knn_sensitivity:
     params:
         code=CODE_PRESENTATION,
         experiment=EXPERIMENTS["paper"],
+        sweep_experiment=EXPERIMENTS["sensitivity"],
+        sweep_parents=[PARENTS["sensitivity"].format(dataset=dataset) for dataset in [KNN["dataset"]]],
         tags=lambda wildcards: run_tags(wildcards, "knn_sensitivity", "fig5", KNN),
     script:
         "../scripts/knn_sensitivity.py"
@@ -115,6 +117,8 @@ rule ablation_table:
     params:
         code=CODE_PRESENTATION,
         experiment=EXPERIMENTS["paper"],
+        sweep_experiment=EXPERIMENTS["ablation"],
+        sweep_parents=[PARENTS["ablation"].format(dataset=dataset) for dataset in ABLATION["datasets"]],
         tags=lambda wildcards: run_tags(wildcards, "ablation_table", "ablation", ABLATION),
     script:
         "../scripts/ablation_table.py"
