@@ -429,12 +429,16 @@ def parent_run(mlflow_client, experiment_id: str, name: str, store: str | Path =
         return run.info.run_id
 
 
-def finish_parent(mlflow_client, experiment_id: str, name: str, store: str | Path = DEFAULT_STORE) -> str:
-    """Mark the parent run ``name`` of a sweep (:func:`parent_run`, made by its first run)
-    finished now, once its runs are done, so that it spans them; returns its id."""
-    run_id = parent_run(mlflow_client, experiment_id, name, store)
-    mlflow_client.set_terminated(run_id, "FINISHED")
-    return run_id
+def finish_parents(experiment: str, names: list[str], store: str | Path = DEFAULT_STORE) -> list[str]:
+    """Mark the parent runs ``names`` of a sweep in ``experiment`` (:func:`parent_run`, each
+    made by its first run) finished now, once their runs are done, so that each spans its
+    runs; returns their ids."""
+    mlflow_client = client(store)
+    experiment_id = ensure_experiments([experiment], store)[experiment]
+    ids = [parent_run(mlflow_client, experiment_id, name, store) for name in names]
+    for run_id in ids:
+        mlflow_client.set_terminated(run_id, "FINISHED")
+    return ids
 
 
 #: The tag of a run that summarises one data set's seeds of one method (``<dataset>/<method>``).
@@ -456,21 +460,23 @@ def summarise_seeds(
     set they share, and ``scores`` (measure -> mean, std over seeds) under the seeds' own
     metric names (the std as ``std/<name>``), so that a chart of a score compares methods.
     A summary made before (an older set of seeds) is deleted; its seeds stay superseded."""
-    from mlflow.entities import DatasetInput, Metric, Param
+    from mlflow.entities import DatasetInput
 
     wanted = {str(seed) for seed in seeds}
+    key = f"{dataset}/{method}"
+    every = list(_search_all(mlflow_client, [experiment_id]))
     seeds = [
         run
-        for run in _search_all(mlflow_client, [experiment_id], "attributes.status = 'FINISHED'")
-        if run.data.tags.get("dataset") == dataset
+        for run in every
+        if run.info.status == "FINISHED"
+        and run.data.tags.get("dataset") == dataset
         and run.data.tags.get("method") == method
         and run.data.tags.get("seed") in wanted
         and "superseded" not in run.data.tags
     ]
     if len(seeds) != len(wanted):
         raise ValueError(f"{len(seeds)} current runs of {method} on {dataset} for the seeds {sorted(wanted)}")
-    key = f"{dataset}/{method}"
-    older = [run for run in _search_all(mlflow_client, [experiment_id]) if run.data.tags.get(SUMMARY_TAG) == key]
+    older = [run for run in every if run.data.tags.get(SUMMARY_TAG) == key]
     shared = {k: v for k, v in seeds[0].data.params.items() if k != "seed"}
     shared = {k: v for k, v in shared.items() if all(run.data.params.get(k) == v for run in seeds)}
     description = f"{method} on {dataset}: the mean of its {len(seeds)} seeds (std/...: their spread); unfold for each."
@@ -481,20 +487,16 @@ def summarise_seeds(
         tags={SUMMARY_TAG: key, "dataset": dataset, "method": method, "mlflow.note.content": description},
     )
     run_id = summary.info.run_id
-    params = [Param(k, v) for k, v in sorted({**shared, "n_seeds": str(len(seeds))}.items())]
-    for start in range(0, len(params), 100):
-        mlflow_client.log_batch(run_id, params=params[start : start + 100])
+    tracked = TrackedRun(mlflow_client, run_id, store)
+    tracked.log_params({**shared, "n_seeds": len(seeds)})
     inputs = {(i.dataset.name, i.dataset.digest): i for run in seeds for i in run.inputs.dataset_inputs}
     if inputs:
         with _store_lock(store):
             mlflow_client.log_inputs(run_id, datasets=[DatasetInput(i.dataset, i.tags) for i in inputs.values()])
-    stamp = int(time.time() * 1000)
-    metrics = []
+    values = {}
     for measure, (mean, std) in scores.items():
-        name = metric_name(measure)
-        metrics += [Metric(name, shown_value(mean), stamp, 0), Metric(f"std/{name}", shown_value(std), stamp, 0)]
-    metrics = [m for m in metrics if m.value == m.value]  # a measure some seeds lack
-    mlflow_client.log_batch(run_id, metrics=metrics)
+        values |= {measure: mean, f"std/{metric_name(measure)}": std}
+    tracked.log_metrics({k: v for k, v in values.items() if v == v})  # NaN: a measure some seeds lack
     for run in seeds:
         mlflow_client.set_tag(run.info.run_id, "mlflow.parentRunId", run_id)
     mlflow_client.set_terminated(run_id, "FINISHED")

@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(smk.scriptdir).parents[1]))
 
 from basis.outputs import read_metrics
 from basis.paper import ABLATION_MEASURES, ablation_markdown, markdown_to_html, sweep_summary
-from basis.tracking import client, ensure_experiments, finish_parent, tracked_run
+from basis.tracking import finish_parents, tracked_run
 
 with open(smk.log[0], "w") as log:
     sys.stderr = sys.stdout = log
@@ -24,10 +24,7 @@ with open(smk.log[0], "w") as log:
     Path(smk.output.markdown).write_text(ablation_markdown(summary))
     Path(smk.output.html).write_text(markdown_to_html(ablation_markdown(summary)))
     # the parent each data set's sweep runs hang under ends after them
-    mlflow_client = client()
-    sweep = ensure_experiments([smk.params.sweep_experiment])[smk.params.sweep_experiment]
-    for parent in smk.params.sweep_parents:
-        finish_parent(mlflow_client, sweep, parent)
+    finish_parents(smk.params.sweep_experiment, smk.params.sweep_parents)
     tags = dict(tag.split("=", 1) for tag in smk.params.tags)
     with tracked_run(smk.params.experiment, "ablation", tags) as run:
         run.log_params({"n_runs": len(rows)})

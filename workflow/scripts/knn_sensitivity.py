@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(smk.scriptdir).parents[1]))
 from basis.figures import knn_sensitivity
 from basis.outputs import read_metrics
 from basis.paper import sweep_summary
-from basis.tracking import client, ensure_experiments, finish_parent, tracked_run
+from basis.tracking import finish_parents, tracked_run
 
 with open(smk.log[0], "w") as log:
     sys.stderr = sys.stdout = log
@@ -23,10 +23,7 @@ with open(smk.log[0], "w") as log:
     summary.to_csv(smk.output.csv, index=False)
     knn_sensitivity(summary, smk.output.png)
     # the parent each data set's sweep runs hang under ends after them
-    mlflow_client = client()
-    sweep = ensure_experiments([smk.params.sweep_experiment])[smk.params.sweep_experiment]
-    for parent in smk.params.sweep_parents:
-        finish_parent(mlflow_client, sweep, parent)
+    finish_parents(smk.params.sweep_experiment, smk.params.sweep_parents)
     tags = dict(tag.split("=", 1) for tag in smk.params.tags)
     with tracked_run(smk.params.experiment, "fig5_knn_sensitivity", tags) as run:
         run.set_description(Path(smk.input.caption).read_text())

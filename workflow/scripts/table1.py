@@ -37,8 +37,8 @@ with open(smk.log[0], "w") as log:
         seeds = [int(seed.removeprefix("seed")) for d, m, seed in folders if (d, m) == (dataset, method)]
         _, seed_runs = summarise_seeds(mlflow_client, runs_experiment, dataset, method, seeds, scores)
         for seed_run in seed_runs:
-            embedding = np.load(folders[dataset, method, f"seed{seed_run.data.tags['seed']}"] / "embedding.npz")
-            with tempfile.TemporaryDirectory() as pictures:
+            folder = folders[dataset, method, f"seed{seed_run.data.tags['seed']}"]
+            with np.load(folder / "embedding.npz") as embedding, tempfile.TemporaryDirectory() as pictures:
                 picture = Path(pictures) / "embedding.png"
                 embedding_picture(embedding["test"], embedding["labels"], seed_run.info.run_name, picture)
                 mlflow_client.log_artifact(seed_run.info.run_id, str(picture))
