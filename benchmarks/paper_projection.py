@@ -183,7 +183,12 @@ def main(argv: list[str] | None = None) -> int:
     if not per_rule:
         print(f"--timings {args.timings}: no finished job in .snakemake/metadata", file=sys.stderr)
         return 2
-    jobs = snakemake_plan(args.configfile, Path(args.workdir), args.cores)
+    try:
+        jobs = snakemake_plan(args.configfile, Path(args.workdir), args.cores)
+    except subprocess.CalledProcessError as err:  # a config the dry run refuses: its own last line
+        lines = f"{err.stderr}\n{err.stdout}".strip().splitlines()  # Snakemake prints its error to stdout
+        print(f"--configfile {args.configfile}: {lines[-1] if lines else 'the dry run failed'}", file=sys.stderr)
+        return 2
     print(report(jobs, per_rule, args.cores, args.gpus, args.slots_per_gpu))
     if wall is not None:
         print(f"measured wall time of the timing run: {wall:.0f} s (first start to last end)")

@@ -102,3 +102,12 @@ def test_measured_times_are_per_job_and_the_report_says_what_it_lacks(tmp_path):
     assert "not measured (counted as 0 s): prepare" in text and "| all | 3 | | 81 | |" in text
     assert "projected wall time on 4 cores, no GPU: 40 s" in text
     assert "projected wall time on 1 GPU and 4 cores: 81 s" in text
+
+
+def test_a_config_the_dry_run_refuses_is_one_line_and_exit_2(tmp_path, capsys):
+    _record(tmp_path, "a1", "train", 1, 100.0, 130.0)
+    root = Path(__file__).resolve().parents[1]
+    config = str(tmp_path / "nope.yaml")
+    code = projection.main(["--configfile", config, "--timings", str(tmp_path), "--cores", "2", "--workdir", str(root)])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "No such file or directory" in err
