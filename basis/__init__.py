@@ -1,7 +1,7 @@
 """basis: learned spectral embeddings with batch alignment (BASiS, CVPR 2023) and baselines.
 
 The public names below load on first use, so that the import-light modules
-(``basis.catalog``, ``basis.settings``, ``basis.tracking``) can be imported without
+(``basis.catalog``, ``basis.catalog.settings``, ``basis.tracking``) can be imported without
 torch, as the workflow does at parse time.
 """
 
@@ -19,7 +19,7 @@ _PUBLIC = {
     "SpectralEstimator": "basis.estimators",
     "SpectralNet": "basis.estimators",
     "make_estimator": "basis.estimators",
-    "GraphConfig": "basis.settings",
+    "GraphConfig": "basis.graph",
     "dense_affinity": "basis.graph",
     "sparse_affinity": "basis.graph",
     "sparse_spectral_embedding": "basis.spectral",

@@ -1,6 +1,6 @@
 """``python -m basis``: the command line (:func:`basis.cli.main`) in this process
-(:mod:`basis.launcher`)."""
+(:mod:`basis.cli.launcher`)."""
 
-from basis.launcher import exit_now, run_command
+from basis.cli.launcher import exit_now, run_command
 
 exit_now(run_command())

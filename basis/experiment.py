@@ -29,12 +29,12 @@ from typing import Any
 import numpy as np
 
 from basis import metrics
+from basis.catalog.settings import EVALUATION_KEYS, resolve_settings
 from basis.data import Dataset
 from basis.estimators import SpecNet2, SpectralEstimator, make_estimator
 from basis.graph import sparse_affinity
 from basis.references import analytic_embedding, load_reference
-from basis.settings import EVALUATION_KEYS, resolve_settings
-from basis.timing import timed
+from basis.runtime.timing import timed
 
 #: The authors' test anchors per class, for a method that has no ``anchors_per_class``.
 AUTHORS_ANCHORS_PER_CLASS = 25

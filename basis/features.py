@@ -14,14 +14,14 @@ import numpy as np
 import torch
 from sklearn.neighbors import KNeighborsClassifier
 
-from basis.determinism import fixed_order_convolutions
-from basis.device import resolve_device
 from basis.errors import InputError
-from basis.inputs import load_checkpoint
 from basis.models import SiameseCNN
-from basis.optim import adam_for
-from basis.outputs import atomic_path
-from basis.timing import Progress
+from basis.runtime.determinism import fixed_order_convolutions
+from basis.runtime.device import resolve_device
+from basis.runtime.inputs import load_checkpoint
+from basis.runtime.optim import adam_for
+from basis.runtime.outputs import atomic_path
+from basis.runtime.timing import Progress
 
 
 def contrastive_loss(z1: torch.Tensor, z2: torch.Tensor, same: torch.Tensor, margin: float = 1.0) -> torch.Tensor:
@@ -60,7 +60,7 @@ class SiameseFeatures:
     n_steps, pairs_per_step, lr : training budget (Adam).
     device : ``"auto"``, ``"cpu"`` or ``"cuda[:N]"``.
     seed : seeds initialisation and pair sampling.
-    progress : print progress lines to stderr (:class:`~basis.timing.Progress`).
+    progress : print progress lines to stderr (:class:`~basis.runtime.timing.Progress`).
     """
 
     def __init__(

@@ -32,8 +32,8 @@ from sklearn.cluster import KMeans
 from sklearn.metrics import normalized_mutual_info_score
 
 from basis.errors import InputError
-from basis.optim import Adam
-from basis.timing import timed
+from basis.runtime.optim import Adam
+from basis.runtime.timing import timed
 
 VARIANTS = ("paper", "colnorm", "code")
 

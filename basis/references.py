@@ -12,11 +12,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from basis.catalog import SPARSE_SOLVERS
+from basis.catalog.settings import reference_settings
 from basis.data import Dataset, load_npz
 from basis.errors import InputError
-from basis.graph import device_affinity, sparse_affinity
-from basis.outputs import atomic_path
-from basis.settings import SPARSE_SOLVERS, GraphConfig, reference_settings
+from basis.graph import GraphConfig, device_affinity, sparse_affinity
+from basis.runtime.outputs import atomic_path
 from basis.spectral import sparse_spectral_embedding
 
 

@@ -19,10 +19,10 @@ import numpy as np
 import torch
 
 from basis import metrics
+from basis.catalog.settings import resolve_settings
 from basis.data import load_npz
 from basis.estimators import BASiS, SpectralEstimator
 from basis.references import analytic_embedding
-from basis.settings import resolve_settings
 
 
 class ExactTargets(SpectralEstimator):

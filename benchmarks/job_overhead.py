@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from basis.timing import TIMINGS_PREFIX
+from basis.runtime.timing import TIMINGS_PREFIX
 
 RUN = ["-m", "basis", "run", "--dataset", "two_moons", "--method", "basis", "--set", "n_iter=5", "--json"]
 

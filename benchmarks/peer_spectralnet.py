@@ -17,9 +17,9 @@ import numpy as np
 import torch
 
 from basis import metrics
+from basis.data.toy import blobs, two_moons
 from basis.estimators import SpectralNet
 from basis.references import analytic_embedding
-from basis.toy import blobs, two_moons
 
 PEER_GRAPH = {"n_neighbors": 9, "scale": "global", "scale_neighbor": 1, "kernel": "code"}
 # A connected graph for the analytic side where the peer's sharp graph splits apart.

@@ -12,7 +12,7 @@ import argparse
 
 import numpy as np
 
-from basis.bench import clustered_data
+from basis.cli.bench import clustered_data
 
 
 def main() -> None:

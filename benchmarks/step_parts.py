@@ -3,7 +3,7 @@ stand-in of ``bench step``: the median and mean ms of each part of the step over
 run's iterations, RANSAC's hypotheses per batch, and, from a second short run on the CPU
 with one torch thread (where the pipeline's stages run on the counting thread; on CUDA
 the worker thread's would go uncounted), the ops each iteration dispatches (one launch
-each on CUDA) and what makes the host wait (:class:`basis.syncs.HostSyncCounter`). The
+each on CUDA) and what makes the host wait (:class:`basis.runtime.syncs.HostSyncCounter`). The
 counted run takes the CPU's path: RANSAC's rounds one at a time, where CUDA batches them.
 
     python benchmarks/step_parts.py --n-iter 40 [--device cuda] [--dataset digits]
@@ -17,11 +17,11 @@ import time
 
 import numpy as np
 
+from basis.catalog.settings import resolve_settings
 from basis.data import load_inputs
 from basis.experiment import build_estimator
-from basis.settings import resolve_settings
-from basis.syncs import HostSyncCounter
-from basis.threads import one_torch_thread
+from basis.runtime.syncs import HostSyncCounter
+from basis.runtime.threads import one_torch_thread
 
 PARTS = ("ms_step", "ms_graph", "ms_eigensolve", "ms_alignment", "ms_gradient", "ransac_hypotheses")
 

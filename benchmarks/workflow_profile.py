@@ -3,7 +3,7 @@
 Reads Snakemake's benchmark files ``results/benchmarks/**/*.tsv`` (one per job: wall and
 CPU seconds, peak RSS; the folder below ``benchmarks/`` names the stage, e.g. ``runs``,
 ``knn``, ``studies``) and each job's own phases from the ``# timings`` line of its log
-``results/logs/<same path>.log`` (see :mod:`basis.timing`): start-up (process start to
+``results/logs/<same path>.log`` (see :mod:`basis.runtime.timing`): start-up (process start to
 first work: interpreter and imports), loading, compute (training, the reference, a
 study), each metric, tracking and outputs. ``wrapper`` is the job's wall time outside
 its ``python -m basis`` process (Snakemake's script wrapper). The sum of wall seconds over
@@ -22,7 +22,7 @@ import statistics
 from collections import defaultdict
 from pathlib import Path
 
-from basis.timing import TIMINGS_PREFIX
+from basis.runtime.timing import TIMINGS_PREFIX
 
 COMPUTE = ("train", "study", "reference")
 METRICS = ("transform", "kmeans", "nmi_acc", "d_perp", "d_G", "d_G_code", "probe", "authors_probe")

@@ -73,14 +73,14 @@ def assert_refused(done: subprocess.CompletedProcess, message: str) -> None:
 def pytest_configure(config):
     """Under pytest-xdist (``make test``), each worker runs on its own share of the cores,
     and so do the jobs it starts: they size their thread pools by the cores they may run on
-    (:func:`basis.threads.available_cores`), so N workers on C cores run C threads, not
+    (:func:`basis.runtime.threads.available_cores`), so N workers on C cores run C threads, not
     N x C that wait on each other."""
     import os
 
     worker, count = os.environ.get("PYTEST_XDIST_WORKER"), int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if worker is None or count < 2 or not hasattr(os, "sched_setaffinity"):
         return
-    from basis.threads import limit_threads
+    from basis.runtime.threads import limit_threads
 
     cores = sorted(os.sched_getaffinity(0))
     share = cores[int(worker.removeprefix("gw")) % count :: count] or cores

@@ -11,9 +11,6 @@ from basis.alignment import (
     MAX_REFITS,
     NOISE_RCOND,
     AlignmentResult,
-    _affine_solve,
-    _check_anchors,
-    _row_errors,
     align_affine,
     alignment_gain,
     anchors_needed,
@@ -21,6 +18,7 @@ from basis.alignment import (
     inlier_threshold,
     rms_row_norm,
 )
+from basis.alignment.affine import _affine_solve, _check_anchors, _row_errors
 from basis.errors import InputError
 
 

@@ -351,7 +351,7 @@ def test_a_search_that_needs_no_more_rounds_reads_nothing_from_the_device(rng):
     """Clean clustered anchors: the first round is enough, so the search, its refits and the
     choice of its map are tensor work only, with the decision left to the caller's read."""
     from basis.alignment import RansacSearch
-    from basis.syncs import HostSyncCounter
+    from basis.runtime.syncs import HostSyncCounter
 
     source, target, _, _ = clustered_anchors(rng)
     with HostSyncCounter() as syncs:
@@ -372,7 +372,7 @@ def test_the_rounds_a_search_still_needs_are_drawn_at_once_with_the_same_outcome
     from ransac_oracle import ransac_affine_09065fe
 
     from basis.alignment import RansacSearch
-    from basis.syncs import HostSyncCounter
+    from basis.runtime.syncs import HostSyncCounter
 
     def one_round_at_a_time(search):
         while True:
@@ -420,14 +420,14 @@ def test_where_tall_designs_are_reduced_first_the_fits_are_the_same(rng, monkeyp
     every SVD then sees at most 32 rows, and least squares and RANSAC give what the plain
     SVD gives, on the designs that break things: clustered with outliers, rank-deficient,
     translated, batched, linear maps, fallbacks."""
-    from basis import alignment
+    from basis.alignment import affine
 
     def plain_then_reduced(function, *args, seed=None, **kwargs):
         """The function's results by each route (each with its own generator from ``seed``),
         and the row counts its SVDs saw by each."""
         results, rows = [], []
         for devices in ((), ("cpu",)):
-            monkeypatch.setattr(alignment, "REDUCE_TALL_DESIGNS_ON", devices)
+            monkeypatch.setattr(affine, "REDUCE_TALL_DESIGNS_ON", devices)
             decomposed.clear()
             generator = {} if seed is None else {"generator": torch.Generator().manual_seed(seed)}
             results.append(function(*args, **kwargs, **generator))

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from basis import metrics
+from basis.catalog.settings import resolve_settings
 from basis.data import load_inputs
 from basis.experiment import authors_split, run_method
-from basis.settings import resolve_settings
 
 
 def _transcribed_authors_d_g(output, reference, base, seed, n_iter=100, sample_size=20, tolerance=0.1):

@@ -8,10 +8,10 @@ import torch
 from sklearn.model_selection import train_test_split
 
 from basis import metrics
+from basis.data.toy import three_moons, three_moons_anchors
 from basis.estimators import BASiS, SpectralEstimator
 from basis.references import analytic_embedding
 from basis.studies.consistency import anchor_spread
-from basis.toy import three_moons, three_moons_anchors
 
 # The authors' toy set-up: L = D - W, K = 2 without the trivial vector, 9 anchors,
 # batches of 256 + 9, RANSAC with 5 anchors per hypothesis and tolerance 0.01.

@@ -1,4 +1,4 @@
-"""CUDA-graph capture of the step's fixed-shape parts (basis.capture, BASiS ``cuda_graphs``).
+"""CUDA-graph capture of the step's fixed-shape parts (basis.runtime.capture, BASiS ``cuda_graphs``).
 
 The CPU cannot record a CUDA graph, so the tests here check what capture relies on: the
 segments read nothing back to the host (a captured function may not), the buffer
@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 import torch
 
-from basis import capture
-from basis.bench import clustered_data
-from basis.capture import CapturedSegment, SegmentedCapture, checked
+from basis.cli.bench import clustered_data
 from basis.errors import InputError
 from basis.estimators import BASiS
 from basis.graph import GraphConfig
-from basis.syncs import HostSyncCounter
+from basis.runtime import capture
+from basis.runtime.capture import CapturedSegment, SegmentedCapture, checked
+from basis.runtime.syncs import HostSyncCounter
 
 
 def _basis(**params) -> BASiS:

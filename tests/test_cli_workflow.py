@@ -306,7 +306,7 @@ def noise_level(*, n_points: int = 10, scale: float = 1.0, seed: int = 0):
 
 
 def draw_noise(folders, out):
-    from basis.figures import load_study, plt, save_figure
+    from basis.studies.figures import load_study, plt, save_figure
 
     fig, ax = plt.subplots()
     for folder in folders:

@@ -13,8 +13,8 @@ import pytest
 import scipy.io
 from conftest import HANG_GUARD_S
 
-from basis.bunny import circular_correlation, render_turntable
 from basis.data import DatasetUnavailableError, load_dataset
+from basis.data.bunny import circular_correlation, render_turntable
 from basis.graph import GraphConfig, sparse_affinity
 from basis.spectral import sparse_spectral_embedding
 

@@ -1,4 +1,4 @@
-"""basis.determinism: the sums that CUDA would add in an order of its threads' choosing,
+"""basis.runtime.determinism: the sums that CUDA would add in an order of its threads' choosing,
 counted on the CPU, and the code paths that run on a GPU kept free of them."""
 
 import numpy as np
@@ -6,13 +6,13 @@ import pytest
 import torch
 from sklearn.datasets import make_moons
 
-from basis.determinism import OrderDependentSums
 from basis.estimators import make_estimator
 from basis.features import SiameseFeatures
 from basis.graph import GraphConfig, device_affinity
 from basis.models import SiameseCNN
+from basis.runtime.determinism import OrderDependentSums
+from basis.runtime.threads import one_torch_thread
 from basis.spectral import sparse_spectral_embedding
-from basis.threads import one_torch_thread
 
 LONG = torch.int64
 

@@ -9,8 +9,8 @@ import torch
 from sklearn.base import clone
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
+from basis.data.toy import three_moons
 from basis.estimators import METHODS, BASiS, DiffusionNet, SpecNet2, SpectralEstimator, SpectralNet, register
-from basis.toy import three_moons
 
 SMALL = dict(batch_size=8, n_iter=2, hidden=(16, 16), graph={"n_neighbors": 3, "scale_neighbor": 2}, device="cpu")
 
@@ -106,7 +106,7 @@ def test_a_loop_of_ones_own_through_the_public_step_api_equals_fit():
 
 
 def test_the_cpu_adam_is_torchs_to_the_bit_and_skips_a_parameter_without_a_gradient():
-    from basis.optim import Adam
+    from basis.runtime.optim import Adam
 
     torch.manual_seed(0)
     ours, theirs = torch.nn.Linear(5, 3), torch.nn.Linear(5, 3)

@@ -111,7 +111,7 @@ def test_the_exit_is_status_2_without_a_traceback():
 
 
 def test_an_interrupted_write_leaves_the_old_file_whole(tmp_path):
-    from basis.outputs import atomic_path
+    from basis.runtime.outputs import atomic_path
 
     target = tmp_path / "model.pt"
     target.write_bytes(b"the finished model")
@@ -125,7 +125,7 @@ def test_an_interrupted_write_leaves_the_old_file_whole(tmp_path):
 
 def test_a_corrupt_metrics_file_is_named_with_the_command_that_redoes_it(tmp_path):
     from basis.errors import InputError
-    from basis.outputs import read_metrics
+    from basis.runtime.outputs import read_metrics
 
     path = tmp_path / "results/runs/digits/basis/seed0/metrics.json"
     path.parent.mkdir(parents=True)

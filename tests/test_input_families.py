@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from basis import inputs, launcher
+from basis.cli import launcher
+from basis.runtime import inputs
 
 COMMANDS_WITH_FILES = {  # command arguments before --out, and the suffix its --out must have
     "embed": (["embed", "--model", "model.pt", "--input", "X.npy"], ".npy"),
@@ -251,7 +252,7 @@ def test_a_non_finite_loss_is_refused_with_its_step():
 
 
 def test_threads_beyond_the_cores_are_capped_with_one_line(folder, capsys, monkeypatch):
-    from basis.threads import available_cores, limit_threads
+    from basis.runtime.threads import available_cores, limit_threads
 
     assert limit_threads(10_000) == available_cores()
     assert capsys.readouterr().err.count("\n") == 1

@@ -1,4 +1,4 @@
-"""How ``python -m basis`` runs, stops and ends (basis/launcher.py): the same bytes however
+"""How ``python -m basis`` runs, stops and ends (basis/cli/launcher.py): the same bytes however
 a command is started, a SIGTERM that does not wait for a long computation, and an exit that
 does not hang on idle thread pools."""
 
@@ -30,7 +30,7 @@ COMMANDS = {
 PRELOADED_HOST = (
     "import random, sys, numpy, torch, sklearn.cluster, mlflow\n"
     "torch.set_num_threads(1); numpy.random.seed(123); numpy.random.rand(7); random.random(); torch.rand(3)\n"
-    "from basis.launcher import run_command\n"
+    "from basis.cli.launcher import run_command\n"
     "sys.exit(run_command(sys.argv[1:]))\n"
 )
 
@@ -98,8 +98,8 @@ def test_threads_above_the_jobs_cores_are_capped_at_them(tmp_path):
 LONG_CALL = """
 import sys, threading, time, torch
 from basis.errors import Terminated
-from basis.outputs import atomic_path
-from basis.stopping import on_stop, stop_on_sigterm
+from basis.runtime.outputs import atomic_path
+from basis.runtime.stopping import on_stop, stop_on_sigterm
 stop_on_sigterm()
 torch.set_num_threads(1)
 matrix = torch.randn(4000, 4000, dtype=torch.float64)
@@ -137,7 +137,7 @@ def test_sigterm_ends_a_command_inside_a_long_call_without_waiting_for_it(tmp_pa
 
 
 def test_a_clean_up_is_forgotten_once_its_block_ends():
-    from basis import stopping
+    from basis.runtime import stopping
 
     forget = stopping.on_stop(lambda: None)
     assert len(stopping._clean_ups) == 1
@@ -150,7 +150,7 @@ def test_a_command_that_leaves_a_thread_pool_idle_still_exits():
     interpreter's thread-exit hooks stop: exit_now runs them, as the interpreter would."""
     code = (
         "from concurrent.futures import ThreadPoolExecutor\n"
-        "from basis.launcher import exit_now\n"
+        "from basis.cli.launcher import exit_now\n"
         "pool = ThreadPoolExecutor(1)  # held, as MLflow holds its repositories' pools\n"
         "pool.submit(print, 'done').result()\n"
         "exit_now(3)\n"

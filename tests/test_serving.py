@@ -11,8 +11,8 @@ import pytest
 from conftest import HANG_GUARD_S
 
 from basis import tracking
+from basis.data.toy import two_moons
 from basis.estimators import make_estimator
-from basis.toy import two_moons
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = {
@@ -100,7 +100,7 @@ def test_logging_a_model_reads_its_pins_without_mapping_every_installed_distribu
 
     from mlflow.utils import requirements_utils
 
-    from basis import serving
+    from basis.tracking import serving
 
     built = []
     mapping = requirements_utils.importlib_metadata.packages_distributions

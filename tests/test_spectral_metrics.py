@@ -332,7 +332,7 @@ def test_the_neighbour_fields_at_their_defaults_leave_the_recorded_settings_as_t
 def test_the_knn_score_block_follows_the_memory_the_host_has(monkeypatch):
     import psutil
 
-    from basis import graph
+    from basis.graph import affinity as graph
 
     class Scarce:
         available = 40_000_000  # 40 MB free: a quarter of it, not the 1 GiB cap
@@ -344,8 +344,7 @@ def test_the_knn_score_block_follows_the_memory_the_host_has(monkeypatch):
 
 
 def _batch_laplacian(X: np.ndarray, seed: int, n_neighbors: int = 50) -> torch.Tensor:
-    from basis.graph import dense_affinity
-    from basis.settings import GraphConfig
+    from basis.graph import GraphConfig, dense_affinity
     from basis.spectral import normalized_laplacian
 
     rows = np.random.default_rng(seed).choice(len(X), 512, replace=False)
@@ -362,7 +361,7 @@ def test_the_subspace_solver_finds_the_clustered_subspace_to_1e_8():
     """The batches Table 1 aligns (clustered, Siamese-like features): every solve after the
     first (exact) one converges, its subspace is eigh's to a principal angle below 1e-8 and
     its eigenvalues are eigh's."""
-    from basis.bench import clustered_data
+    from basis.cli.bench import clustered_data
     from basis.spectral import SubspaceEigensolver
 
     X, _ = clustered_data(10_000)

@@ -1,10 +1,10 @@
-"""The host-sync audit (basis.syncs): it counts what would make a CUDA host wait, on the CPU."""
+"""The host-sync audit (basis.runtime.syncs): it counts what would make a CUDA host wait, on the CPU."""
 
 import numpy as np
 import torch
 
-from basis.bench import count_host_syncs
-from basis.syncs import HostSyncCounter
+from basis.cli.bench import count_host_syncs
+from basis.runtime.syncs import HostSyncCounter
 
 
 def test_each_kind_of_host_wait_is_counted_and_plain_tensor_work_is_not():
@@ -31,7 +31,7 @@ def test_each_kind_of_host_wait_is_counted_and_plain_tensor_work_is_not():
 def test_a_basis_iteration_reads_the_device_once():
     """Issue #20's floor: one read per iteration on the path CUDA takes (the batch's checks,
     the alignment's diagnostics and, every LOSS_BLOCK steps, the losses, in one transfer),
-    and one more at the end of the run for the last losses. The CPU's Adam (basis.optim)
+    and one more at the end of the run for the last losses. The CPU's Adam (basis.runtime.optim)
     counts its steps in Python, so it reads nothing; the decompositions' convergence checks
     are counted apart."""
     threads = torch.get_num_threads()

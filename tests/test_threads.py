@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from basis import BASiS
-from basis.bench import clustered_data
-from basis.threads import limit_threads, one_torch_thread
+from basis.cli.bench import clustered_data
+from basis.runtime.threads import limit_threads, one_torch_thread
 
 
 def _python(code: str) -> dict:
@@ -20,7 +20,7 @@ def _python(code: str) -> dict:
 
 def test_limit_threads_caps_every_pool_including_libraries_loaded_later():
     report = _python(
-        "import json; from basis.threads import limit_threads, thread_report\n"
+        "import json; from basis.runtime.threads import limit_threads, thread_report\n"
         "limit_threads(1)\n"
         "import sklearn.cluster, scipy.linalg  # OpenMP and BLAS loaded after the call\n"
         "sklearn.cluster.KMeans(2, n_init=1).fit([[0.0], [1.0], [2.0]])\n"
@@ -91,7 +91,7 @@ def test_a_one_thread_budget_runs_the_pipeline_in_turn_with_the_same_numbers():
 
 
 def test_device_auto_takes_the_gpu_with_the_most_free_memory(monkeypatch):
-    from basis.device import resolve_device
+    from basis.runtime.device import resolve_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 3)

@@ -1,11 +1,11 @@
-"""Job phase timings and progress lines (basis.timing): what they record, never how fast."""
+"""Job phase timings and progress lines (basis.runtime.timing): what they record, never how fast."""
 
 import json
 
 import pytest
 
-from basis import timing
 from basis.cli import main
+from basis.runtime import timing
 
 
 @pytest.fixture

@@ -7,13 +7,13 @@ import torch
 
 from basis.alignment import align_affine, apply_affine, ransac_affine
 from basis.data import load_dataset
+from basis.data.toy import two_moons
 from basis.estimators import BASiS
 from basis.graph import GraphConfig, dense_affinity
 from basis.references import analytic_embedding
 from basis.spectral import spectral_embedding
 from basis.studies.alignment_error import alignment_error, alignment_error_claims, eigengaps
 from basis.studies.variants import VARIANTS, basis_variants, meets_floor, variants_claims
-from basis.toy import two_moons
 
 GRAPH = {"n_neighbors": 10, "scale": "global"}
 TOY = {"graph": GRAPH, "operator": "unnormalized", "drop_trivial": True}

@@ -7,11 +7,12 @@
 here whose class joins :data:`METHODS` with ``@register("name")``, plus its import below.
 """
 
-from basis.estimators.base import METHODS, SpectralEstimator, StepTimer, check_features, make_estimator, register
+from basis.estimators.base import METHODS, SpectralEstimator, check_features, make_estimator, register
 from basis.estimators.basis import BASiS, basis_loss
 from basis.estimators.diffusion_net import DiffusionNet
 from basis.estimators.specnet2 import SpecNet2, deflate_trivial, specnet2_loss, specnet2_rotation
 from basis.estimators.spectralnet import SpectralNet, spectralnet_loss
+from basis.estimators.training import StepTimer
 
 __all__ = [
     "BASiS",

@@ -10,7 +10,8 @@ import scipy.linalg
 import torch
 
 from basis.errors import InputError
-from basis.estimators.base import FeaturesOf, SpectralEstimator, StepTimer, check_features, register
+from basis.estimators.base import SpectralEstimator, check_features, register
+from basis.estimators.training import FeaturesOf, StepTimer
 from basis.graph import dense_affinity, sparse_affinity
 
 

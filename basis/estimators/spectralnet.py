@@ -8,7 +8,8 @@ import numpy as np
 import torch
 
 from basis.errors import InputError
-from basis.estimators.base import FeaturesOf, SpectralEstimator, StepTimer, register
+from basis.estimators.base import SpectralEstimator, register
+from basis.estimators.training import FeaturesOf, StepTimer
 from basis.graph import dense_affinity
 from basis.models import SpectralMLP
 

@@ -20,7 +20,7 @@ alignment ablation are runs of the methods (``python -m basis run``) instead.
 
 Each figure is drawn by a job of its own from the study's saved arrays, so a study module
 imports at its top only what drawing needs (numpy, and matplotlib through
-:mod:`basis.figures`) and what it computes with (torch, the estimators, the metrics)
+:mod:`basis.studies.figures`) and what it computes with (torch, the estimators, the metrics)
 inside its study function: a figure job does not pay torch's and scikit-learn's start-up.
 
 Study settings are keyword arguments of the study's function (the paper's values are the
@@ -30,62 +30,17 @@ defaults); ``python -m basis study NAME`` runs one and writes ``metrics.json`` a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from importlib import import_module
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from basis.catalog.studies import ClaimRow, Figure, Study, StudyResult
 
 if TYPE_CHECKING:
     import numpy as np
 
-#: What a study function returns: scalar metrics (comparison, MLflow) and the arrays its
-#: figures are drawn from.
-StudyResult = tuple[dict[str, float], dict[str, "np.ndarray"]]
-#: One row of the paper-vs-reproduced comparison: claim, criterion, measured, reproduced.
-ClaimRow = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Figure:
-    """A figure drawn from a study's runs.
-
-    name: file name under ``results/paper/figures/`` (PNG and PDF).
-    draw: function of the study's module, ``draw(folders: list[Path], out: Path)``.
-    caption: its caption in the Snakemake report and in MLflow (reStructuredText).
-    runs: the study runs it is drawn from, in order; empty for all of them.
-    table: whether ``draw`` also returns the figure's numbers as a markdown table, written
-        next to the figure (``.md``).
-    """
-
-    name: str
-    draw: str
-    caption: str
-    runs: tuple[str, ...] = ()
-    table: bool = False
-
-
-@dataclass(frozen=True)
-class Study:
-    """One study's declaration, read by the workflow and the command line.
-
-    function: the study function of the module.
-    runs: how the config section ``experiments.<study>`` becomes jobs, each run's settings
-        being ``settings`` with the run's own on top:
-
-        - ``None``: one job, from ``settings``;
-        - ``"datasets"``: one job per data set listed under ``datasets``, as ``dataset``;
-        - a tuple of names: one job per name, each with its own section of settings.
-    figures: the figures drawn from its runs.
-    claims: function of the module, ``claims({run: metrics}) -> rows`` for the comparison.
-    gpu: whether its jobs train on the GPU (they claim one of the workflow's GPU slots).
-    """
-
-    function: str
-    runs: str | tuple[str, ...] | None = None
-    figures: tuple[Figure, ...] = field(default_factory=tuple)
-    claims: str | None = None
-    gpu: bool = False
+__all__ = ["ClaimRow", "Figure", "Study", "StudyResult", "save_study", "study_function", "study_module"]
 
 
 def study_module(name: str) -> ModuleType:
@@ -110,7 +65,7 @@ def save_study(folder: str | Path, result: dict[str, float], arrays: dict[str, n
     """``metrics.json`` and ``arrays.npz`` of one study run, each written atomically."""
     import numpy as np
 
-    from basis.outputs import atomic_path, write_json
+    from basis.runtime.outputs import atomic_path, write_json
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from basis.errors import InputError
-from basis.figures import load_study, plt, save_figure
 from basis.studies import ClaimRow, Figure, Study, StudyResult
+from basis.studies.figures import load_study, plt, save_figure
 
 # What the study computes with is imported where it computes: drawing its figures (a
 # workflow job of its own) imports numpy and matplotlib only.
@@ -58,7 +58,7 @@ def alignment_error(
 ) -> StudyResult:
     """Per-eigenvector alignment error on held-out shared nodes against 1 / eigengap, for
     each batch size m of ``batch_sizes`` (default 256, 512 and 1,024) over ``n_pairs``
-    pairs of batches, with the protocol of :mod:`basis.protocols`
+    pairs of batches, with the protocol of :mod:`basis.studies.protocols`
     (feature sets: ``anchors_per_class`` stratified anchors; toy sets: the hand-placed ones).
 
     The error of eigenvector j is ||aligned_j - phi_j|| / ||phi_j|| over the held-out
@@ -70,10 +70,10 @@ def alignment_error(
     import torch
 
     from basis.alignment import align_affine, apply_affine
-    from basis.device import resolve_device
     from basis.graph import GraphConfig, dense_affinity
-    from basis.protocols import study_protocol
+    from basis.runtime.device import resolve_device
     from basis.spectral import spectral_embedding
+    from basis.studies.protocols import study_protocol
 
     del callback  # no training to report
     device = resolve_device(device)  # graphs, eigensolves and fits run there

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from basis.figures import load_study, plt, save_figure
 from basis.studies import ClaimRow, Figure, Study, StudyResult
+from basis.studies.figures import load_study, plt, save_figure
 
 # What the study computes with is imported where it computes: drawing its figures (a
 # workflow job of its own) imports numpy and matplotlib only.
@@ -40,8 +40,8 @@ def bunny_diffusion_maps(
     rotation (rendered frames only; NaN for real ones, whose angles are unknown).
     """
     from basis import metrics
-    from basis.bunny import circular_correlation
     from basis.data import load_bunny
+    from basis.data.bunny import circular_correlation
     from basis.estimators import BASiS
     from basis.references import analytic_embedding
 

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from basis.figures import CLUSTER_COLOURS, load_study, plt, save_figure
 from basis.studies import ClaimRow, Figure, Study, StudyResult
+from basis.studies.figures import CLUSTER_COLOURS, load_study, plt, save_figure
 
 if TYPE_CHECKING:
     from basis.graph import GraphConfig
@@ -102,7 +102,7 @@ def anchor_consistency(
     split into the three moons, whose eigenvectors are then constant on each moon, and a
     wrong map would look right beyond the anchors); ``n_disconnected_batches`` counts
     those that are not."""
-    from basis.toy import TOY_GRAPH, three_moons, three_moons_anchors
+    from basis.data.toy import TOY_GRAPH, three_moons, three_moons_anchors
 
     X, y = three_moons(n_per_moon=n_samples // 3, seed=data_seed)
     anchors = three_moons_anchors(X, y)

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 
 from basis.errors import InputError
-from basis.figures import CLUSTER_COLOURS, load_study, plt, save_figure
 from basis.studies import ClaimRow, Figure, Study, StudyResult
+from basis.studies.figures import CLUSTER_COLOURS, load_study, plt, save_figure
 
 # What the study computes with is imported where it computes: drawing its figures (a
 # workflow job of its own) imports numpy and matplotlib only.

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 
 from basis.errors import InputError
-from basis.figures import CLUSTER_COLOURS, load_study, plt, save_figure
 from basis.studies import ClaimRow, Figure, Study, StudyResult
+from basis.studies.figures import CLUSTER_COLOURS, load_study, plt, save_figure
 
 # What the study computes with is imported where it computes: drawing its figures (a
 # workflow job of its own) imports numpy and matplotlib only.
@@ -35,15 +35,15 @@ def toy_example(
     output over a grid that extends ``grid_margin`` of the data's range beyond it.
 
     K = classes - 1 non-trivial eigenvectors of L = D - W under
-    :func:`basis.protocols.toy_protocol`: three anchors per class (both ends and the
+    :func:`basis.studies.protocols.toy_protocol`: three anchors per class (both ends and the
     middle along x, like the authors' hand-placed moons anchors) added to every batch of
     ``batch_size`` nodes, RANSAC with 5 anchors and absolute tolerance 0.01.
     """
     from basis import metrics
+    from basis.data.toy import TOY_SETS
     from basis.estimators import BASiS
-    from basis.protocols import toy_protocol
     from basis.references import analytic_embedding
-    from basis.toy import TOY_SETS
+    from basis.studies.protocols import toy_protocol
 
     if dataset not in TOY_SETS:
         raise InputError(f"unknown toy set {dataset!r}; valid: {sorted(TOY_SETS)}")

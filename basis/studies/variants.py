@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 
 from basis.errors import InputError
-from basis.figures import load_study, plt, save_figure
 from basis.studies import ClaimRow, Figure, Study, StudyResult
+from basis.studies.figures import load_study, plt, save_figure
 
 # What the study computes with is imported where it computes: drawing its figures (a
 # workflow job of its own) imports numpy and matplotlib only.
@@ -65,9 +65,9 @@ def basis_variants(
     """
     from basis import metrics
     from basis.estimators import BASiS
-    from basis.protocols import study_protocol
     from basis.references import analytic_embedding
-    from basis.timing import Progress
+    from basis.runtime.timing import Progress
+    from basis.studies.protocols import study_protocol
 
     variants = variants or list(VARIANTS)
     unknown = sorted(set(variants) - set(VARIANTS))

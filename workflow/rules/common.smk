@@ -5,7 +5,7 @@ from pathlib import Path
 
 from snakemake.utils import validate
 
-# Import-light modules only: a dry run must not import torch (see basis/catalog.py).
+# Import-light modules only: a dry run must not import torch (see basis/catalog/).
 from basis.catalog import (
     DATASETS,
     FEATURE_SETS,
@@ -19,7 +19,7 @@ from basis.catalog import (
     study_runs,
 )
 from basis.errors import InputError
-from basis.settings import check_config_schema, check_yaml_file, resolve_settings
+from basis.catalog.settings import check_config_schema, check_yaml_file, resolve_settings
 from basis.tracking import STAGE_DESCRIPTIONS, config_hash, store_identity
 
 
@@ -187,7 +187,7 @@ def feature_input(wildcards):
 
 
 # Settings reach a job by one route: `key=value` assignments with JSON values (which the
-# command line reads as YAML), checked by basis.settings.
+# command line reads as YAML), checked by basis.catalog.settings.
 def assignments(settings):
     return [f"{key}={json.dumps(value)}" for key, value in settings.items()]
 

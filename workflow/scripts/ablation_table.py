@@ -9,8 +9,8 @@ smk = snakemake  # noqa: F821 (injected by Snakemake)
 # The library comes from this checkout, whatever environment runs the job.
 sys.path.insert(0, str(Path(smk.scriptdir).parents[1]))
 
-from basis.outputs import read_metrics
 from basis.paper import ABLATION_MEASURES, ablation_markdown, markdown_to_html, sweep_summary
+from basis.runtime.outputs import read_metrics
 from basis.tracking import finish_parents, tracked_run
 
 with open(smk.log[0], "w") as log:

@@ -9,9 +9,9 @@ smk = snakemake  # noqa: F821 (injected by Snakemake)
 # The library comes from this checkout, whatever environment runs the job.
 sys.path.insert(0, str(Path(smk.scriptdir).parents[1]))
 
-from basis.figures import knn_sensitivity
-from basis.outputs import read_metrics
 from basis.paper import sweep_summary
+from basis.runtime.outputs import read_metrics
+from basis.studies.figures import knn_sensitivity
 from basis.tracking import finish_parents, tracked_run
 
 with open(smk.log[0], "w") as log:

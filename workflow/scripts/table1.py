@@ -11,9 +11,9 @@ smk = snakemake  # noqa: F821 (injected by Snakemake)
 # The library comes from this checkout, whatever environment runs the job.
 sys.path.insert(0, str(Path(smk.scriptdir).parents[1]))
 
-from basis.figures import embedding_picture
-from basis.outputs import read_metrics
 from basis.paper import markdown_to_html, summarize, table_latex, table_markdown
+from basis.runtime.outputs import read_metrics
+from basis.studies.figures import embedding_picture
 from basis.tracking import client, ensure_experiments, summarise_seeds, tracked_run
 
 with open(smk.log[0], "w") as log:

@@ -1,21 +1,17 @@
-"""Experiment tracking with MLflow: one run per training or evaluation job.
+"""One MLflow run per job: its parameters, per-step and final metrics under the UI's
+section names, data set, artifacts and model; runs of killed jobs closed, reruns
+superseding older runs, and the parents that group seeds and sweeps.
 
-By default runs go to an embedded SQLite store, ``results/mlflow/mlflow.db``, with
-artifacts under ``results/mlflow/artifacts``. No server is needed. Setting
-``MLFLOW_TRACKING_URI`` sends them to a server instead, which is what a cluster
-should do. The client API is used throughout (not the fluent one), so nothing depends
-on a process-global active run.
+The client API is used throughout (not the fluent one), so nothing depends on a
+process-global active run.
 """
 
 from __future__ import annotations
 
 import getpass
-import hashlib
 import json
 import logging
-import math
 import os
-import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,205 +19,24 @@ from pathlib import Path
 from typing import Any
 
 from basis.errors import Terminated
-from basis.stopping import on_stop
-from basis.timing import timed, timed_calls
+from basis.runtime.stopping import on_stop
+from basis.runtime.timing import timed, timed_calls
+from basis.tracking.store import (
+    DEFAULT_STORE,
+    client,
+    git_commit,
+    read_local_store,
+    scoped_tracking_uri,
+    search_all,
+    store_lock,
+)
+from basis.tracking.views import ensure_experiments, metric_name, shown_value
 
 log = logging.getLogger(__name__)
-
-DEFAULT_STORE = Path("results/mlflow")
 #: Tags that identify "the same job"; a newer finished run supersedes older ones with equal values.
 KEY_TAGS = ("rule", "dataset", "method", "seed", "variant", "config_name")
 #: Per-step metric points buffered before one batched write.
 FLUSH_EVERY_POINTS = 500
-#: Significant digits of a metric in MLflow (the UI prints every digit; a run's exact scores
-#: are in its metrics.json).
-SHOWN_DIGITS = 4
-
-#: MLflow's names of a run's final scores, where the short name of metrics.json would be
-#: ambiguous. The part before the first "/" is the section the MLflow UI groups a run's
-#: charts by: ``eval`` (the paper's equations), ``authors`` (the same measures as the
-#: authors' code computes them), ``alignment`` (BASiS's batch alignment) and ``time``;
-#: per-step curves are ``train/...``, and MLflow's own ``system/...``.
-METRIC_NAMES = {
-    "acc": "eval/cluster_acc",  # K-means on the embedding, best label matching (0-1)
-    "accuracy": "eval/probe_accuracy_pct",  # a linear probe trained to convergence (%)
-    "accuracy_authors": "authors/probe_accuracy_pct",  # the authors' probe, as their code trains it (%)
-    "d_G_code": "authors/d_G",
-    "d_G_code_skew": "authors/d_G_skew",
-    "d_G_code_inliers": "authors/d_G_inliers",
-    "d_perp_code": "authors/d_perp",
-    "nmi_code": "authors/nmi",
-    "alignment_error_median": "alignment/error_median",
-    "alignment_error_max": "alignment/error_max",
-    "ransac_fallbacks": "alignment/ransac_fallbacks",
-    "ransac_unsure_batches": "alignment/ransac_unsure_batches",
-}
-
-
-def metric_name(key: str, *, per_step: bool = False) -> str:
-    """The MLflow name of metric ``key``: :data:`METRIC_NAMES`, else ``time/`` for timings,
-    ``train/`` for other per-step values and ``eval/`` for other final ones; a name that
-    has a section already is kept."""
-    if "/" in key:
-        return key
-    if key in METRIC_NAMES:
-        return METRIC_NAMES[key]
-    if key.startswith("ms_") or key.endswith("_seconds"):
-        return f"time/{key}"
-    return f"train/{key}" if per_step else f"eval/{key}"
-
-
-def shown_value(value: float) -> float:
-    """``value`` as MLflow shows it: rounded to :data:`SHOWN_DIGITS` significant digits."""
-    value = float(value)
-    return float(f"{value:.{SHOWN_DIGITS}g}") if math.isfinite(value) else value
-
-
-def tracking_uri(store: str | Path = DEFAULT_STORE) -> str:
-    """``MLFLOW_TRACKING_URI`` if set, else the SQLite file under ``store``."""
-    if os.environ.get("MLFLOW_TRACKING_URI"):
-        return os.environ["MLFLOW_TRACKING_URI"]
-    store = Path(store).resolve()
-    store.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{store / 'mlflow.db'}"
-
-
-def client(store: str | Path = DEFAULT_STORE):
-    """An MLflow client of the store. A local SQLite store is opened under a file lock:
-    MLflow creates and migrates the database on first use, and two jobs doing that at once
-    into a new store both fail (alembic: "table ... already exists")."""
-    from mlflow.tracking import MlflowClient
-
-    uri = tracking_uri(store)
-    if not uri.startswith("sqlite:"):
-        return MlflowClient(tracking_uri=uri)
-    with _store_lock(store):
-        return MlflowClient(tracking_uri=uri)  # creates or migrates the database
-
-
-#: The description of each of the workflow's experiments (``<prefix>-<stage>``), which the
-#: MLflow UI shows above the experiment's runs.
-STAGE_DESCRIPTIONS = {
-    "features": "Siamese feature networks, one run per image set: the 16-d features Table 1's methods embed.",
-    "references": "Analytic reference embeddings (eigenvectors of the test split's graph) that d_G scores against.",
-    "runs": "Table 1: each method on each data set, one run per seed, with its loss curve, scores and logged model.",
-    "studies": "The paper's figures' experiments (toy sets, bunny, consistency, feature change, variants).",
-    "sensitivity": "Fig. 5: each method's d_G against the graph's k, one run per k and seed.",
-    "ablation": "The alignment ablation: RANSAC, least squares and no alignment, with and without wrong anchors.",
-    "paper": "The assembled tables and figures, side by side with the paper's published numbers.",
-}
-
-
-#: The runs experiment's shared view (MLflow's ``viewStateShareKey``): Table 1's current runs
-#: with its scores as columns. Once Table 1 is assembled, each row is a method on a data set
-#: (its parent run, :func:`summarise_seeds`: the seeds' mean), unfolding into its seeds.
-TABLE1_VIEW = "table1"
-TABLE1_METRICS = ("d_G", "d_perp", "nmi", "acc", "accuracy")
-
-
-def table1_view() -> str:
-    """The JSON of :data:`TABLE1_VIEW`, in the view-state format of MLflow 3.17's UI. The
-    parents do not match its filter: MLflow shows a matching run under its parent when the
-    runs are sorted by start time."""
-    return json.dumps(
-        {
-            "searchFilter": "tags.rule = 'train_and_evaluate' and tags.superseded IS NULL",
-            "orderByKey": "attributes.start_time",
-            "orderByAsc": False,
-            "startTime": "ALL",
-            "lifecycleFilter": "Active",
-            "modelVersionFilter": "All Runs",
-            "datasetsFilter": [],
-            "selectedColumns": [f"metrics.`{metric_name(name)}`" for name in TABLE1_METRICS],
-            "chartsSearchFilter": "eval/",  # the chart view opens on the scores, one bar per run
-        }
-    )
-
-
-def table1_url(ui: str, experiment_id: str) -> str:
-    """The MLflow UI's address of experiment ``experiment_id``'s Table 1 view, in its
-    model-training mode (MLflow 3.17 opens on its GenAI mode otherwise)."""
-    query = f"viewStateShareKey={TABLE1_VIEW}&workflowType=machine_learning"
-    return f"{ui.rstrip('/')}/#/experiments/{experiment_id}/runs?{query}"
-
-
-def ensure_experiments(names: list[str], store: str | Path = DEFAULT_STORE) -> dict[str, str]:
-    """Create the experiments that do not exist yet; returns name -> id. A workflow stage's
-    experiment (``<prefix>-<stage>``) gets its description (:data:`STAGE_DESCRIPTIONS`), and
-    the runs stage's the Table 1 view (:func:`table1_view`), also where it exists already.
-
-    Meant to run once, before the jobs that log to them. A concurrent creator
-    (RESOURCE_ALREADY_EXISTS) is tolerated."""
-    from mlflow.exceptions import MlflowException
-
-    mlflow_client = client(store)
-    artifacts = None if os.environ.get("MLFLOW_TRACKING_URI") else (Path(store).resolve() / "artifacts").as_uri()
-    ids = {}
-    for name in names:
-        experiment = mlflow_client.get_experiment_by_name(name)
-        if experiment is None:
-            try:
-                location = f"{artifacts}/{name}" if artifacts else None
-                ids[name] = mlflow_client.create_experiment(name, artifact_location=location)
-            except MlflowException:
-                experiment = mlflow_client.get_experiment_by_name(name)
-                if experiment is None:
-                    raise
-        if experiment is not None:
-            ids[name] = experiment.experiment_id
-        for key, value in _stage_tags(name).items():
-            if experiment is None or experiment.tags.get(key) != value:
-                mlflow_client.set_experiment_tag(ids[name], key, value)
-    return ids
-
-
-def _stage_tags(experiment: str) -> dict[str, str]:
-    """The tags of a workflow stage's experiment: its description and, for the runs, the Table 1 view."""
-    stage = experiment.rsplit("-", 1)[-1]
-    if stage not in STAGE_DESCRIPTIONS:
-        return {}
-    tags = {"mlflow.note.content": STAGE_DESCRIPTIONS[stage]}
-    if stage == "runs":
-        tags[f"mlflow.sharedViewState.{TABLE1_VIEW}"] = table1_view()
-    return tags
-
-
-def store_identity(store: str | Path = DEFAULT_STORE) -> str | None:
-    """Which local store this is (the creation time of its first experiment), read with
-    sqlite3 in read-only mode, without MLflow; None when there is no local store (or runs
-    go to a server, whose identity is its URI)."""
-    if os.environ.get("MLFLOW_TRACKING_URI"):
-        return os.environ["MLFLOW_TRACKING_URI"]
-    created = _read_local_store(store, "SELECT MIN(creation_time) FROM experiments")
-    return None if created is None else str(created)
-
-
-def _read_local_store(store: str | Path, query: str) -> Any:
-    """The first column of ``query``'s first row in the local SQLite store, read with sqlite3
-    in read-only mode (no MLflow import); None when there is no store or it cannot be read."""
-    import sqlite3
-
-    database = Path(store) / "mlflow.db"
-    if not database.is_file():
-        return None
-    try:
-        with sqlite3.connect(f"{database.resolve().as_uri()}?mode=ro", uri=True) as connection:
-            return connection.execute(query).fetchone()[0]
-    except sqlite3.Error:
-        return None
-
-
-def config_hash(section: Any) -> str:
-    """Short stable hash of a JSON-serialisable config section."""
-    return hashlib.sha256(json.dumps(section, sort_keys=True, default=str).encode()).hexdigest()[:12]
-
-
-def git_commit() -> str:
-    try:
-        done = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
-        return done.stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
 
 
 def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
@@ -315,7 +130,7 @@ class TrackedRun:
             profile=json.dumps({"features_shape": list(features.shape), "targets_shape": list(targets.shape)}),
         )
         # The first run to log a data set creates its record: concurrent jobs take turns.
-        with _store_lock(self.store):
+        with store_lock(self.store):
             self.client.log_inputs(
                 self.run_id, datasets=[DatasetInput(dataset, [InputTag("mlflow.data.context", context)])]
             )
@@ -329,36 +144,16 @@ class TrackedRun:
         self, checkpoint: str | Path, input_example, description: str, *, name: str = "model", step: int = 0
     ) -> str:
         """The fitted estimator saved at ``checkpoint`` as this run's MLflow model ``name``:
-        its prediction is the estimator's ``transform`` (see :mod:`basis.serving`); it takes
+        its prediction is the estimator's ``transform`` (see :mod:`basis.tracking.serving`); it takes
         the run's metrics of ``step``, so the buffered steps are written first. Returns the
         model's id."""
         import mlflow
 
-        from basis.serving import log_embedding_model
+        from basis.tracking.serving import log_embedding_model
 
         self.flush()
         with scoped_tracking_uri(self.client.tracking_uri), mlflow.start_run(run_id=self.run_id):
             return log_embedding_model(checkpoint, input_example, description, name=name, step=step)
-
-
-@contextmanager
-def scoped_tracking_uri(uri: str) -> Iterator[None]:
-    """MLflow's fluent API (model logging needs it) pointed at ``uri`` for a block only:
-    ``mlflow.set_tracking_uri`` also sets MLFLOW_TRACKING_URI, which would send every later
-    run of this process to the same store."""
-    # MLflow's own scoped setter (pinned version) restores its global; the variable is
-    # restored here, since MLflow unsets it when its global was unset.
-    from mlflow.tracking._tracking_service.utils import _use_tracking_uri
-
-    previous_env = os.environ.get("MLFLOW_TRACKING_URI")
-    try:
-        with _use_tracking_uri(uri):
-            yield
-    finally:
-        if previous_env is None:
-            os.environ.pop("MLFLOW_TRACKING_URI", None)
-        else:
-            os.environ["MLFLOW_TRACKING_URI"] = previous_env
 
 
 def process_tags() -> dict[str, str]:
@@ -392,36 +187,11 @@ def process_is_gone(tags: dict[str, str]) -> bool:
     return f"{started:.3f}" != tags.get("basis.process_started")
 
 
-def _search_all(mlflow_client, experiment_ids: list[str], filter_string: str = "") -> Iterator:
-    """Every run that matches, page by page (search_runs returns at most one page)."""
-    token = None
-    while True:
-        page = mlflow_client.search_runs(
-            experiment_ids, filter_string=filter_string, max_results=1000, page_token=token
-        )
-        yield from page
-        token = page.token
-        if not token:
-            return
-
-
-@contextmanager
-def _store_lock(store: str | Path) -> Iterator[None]:
-    """Serialise find-or-create steps of concurrent jobs on a local store (a server does
-    its own locking; there the lock file is only this host's)."""
-    import fcntl
-
-    Path(store).mkdir(parents=True, exist_ok=True)
-    with open(Path(store) / ".store.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
-
-
 def parent_run(mlflow_client, experiment_id: str, name: str, store: str | Path = DEFAULT_STORE) -> str:
     """The id of the run named ``name`` that groups runs of one sweep or one data set's
     seeds in the UI (created by the first of them; concurrent jobs create it once)."""
-    with _store_lock(store):
-        for run in _search_all(mlflow_client, [experiment_id], "attributes.status = 'FINISHED'"):
+    with store_lock(store):
+        for run in search_all(mlflow_client, [experiment_id], "attributes.status = 'FINISHED'"):
             if run.data.tags.get("basis.parent") == name:
                 return run.info.run_id
         run = mlflow_client.create_run(experiment_id, run_name=name, tags={"basis.parent": name})
@@ -464,7 +234,7 @@ def summarise_seeds(
 
     wanted = {str(seed) for seed in seeds}
     key = f"{dataset}/{method}"
-    every = list(_search_all(mlflow_client, [experiment_id]))
+    every = list(search_all(mlflow_client, [experiment_id]))
     seeds = [
         run
         for run in every
@@ -491,7 +261,7 @@ def summarise_seeds(
     tracked.log_params({**shared, "n_seeds": len(seeds)})
     inputs = {(i.dataset.name, i.dataset.digest): i for run in seeds for i in run.inputs.dataset_inputs}
     if inputs:
-        with _store_lock(store):
+        with store_lock(store):
             mlflow_client.log_inputs(run_id, datasets=[DatasetInput(i.dataset, i.tags) for i in inputs.values()])
     values = {}
     for measure, (mean, std) in scores.items():
@@ -521,7 +291,7 @@ def tracked_run(
     with timed("tracking"):
         mlflow_client, run, all_tags, monitor = _open_run(experiment, run_name, tags, store, parent)
     tracked = TrackedRun(mlflow_client, run.info.run_id, store)
-    # A stop that cannot wait for the main thread (see basis.launcher) closes the run too.
+    # A stop that cannot wait for the main thread (see basis.cli.launcher) closes the run too.
     forget = on_stop(lambda: mlflow_client.set_terminated(run.info.run_id, "KILLED"))
     try:
         yield tracked
@@ -588,7 +358,7 @@ def supersede_older(mlflow_client, experiment_id: str, tags: dict[str, str], new
     finished = [
         run
         for status in ("FINISHED", "KILLED")
-        for run in _search_all(mlflow_client, [experiment_id], f"attributes.status = '{status}'")
+        for run in search_all(mlflow_client, [experiment_id], f"attributes.status = '{status}'")
     ]
     older = [r for r in finished if r.info.run_id != newest_run_id and _matches(r, key)]
     for run in older:
@@ -609,13 +379,13 @@ def close_stale_runs(
             return 0
         # Every workflow invocation starts here: a store with no RUNNING run at all (the
         # usual case) is told by one read-only query, without MLflow's 2 s import.
-        if _read_local_store(store, "SELECT COUNT(*) FROM runs WHERE status = 'RUNNING'") == 0:
+        if read_local_store(store, "SELECT COUNT(*) FROM runs WHERE status = 'RUNNING'") == 0:
             return 0
     mlflow_client = client(store)
     experiment_ids = experiment_ids or [e.experiment_id for e in mlflow_client.search_experiments()]
     if not experiment_ids:
         return 0
-    running = _search_all(mlflow_client, experiment_ids, "attributes.status = 'RUNNING'")
+    running = search_all(mlflow_client, experiment_ids, "attributes.status = 'RUNNING'")
     stale = [r for r in running if _matches(r, key or {}) and process_is_gone(r.data.tags)]
     for run in stale:
         mlflow_client.set_terminated(run.info.run_id, "KILLED")

@@ -17,8 +17,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from basis.errors import InputError  # noqa: E402
-from basis.outputs import read_metrics  # noqa: E402
 from basis.paper import METHOD_LABELS  # noqa: E402
+from basis.runtime.outputs import read_metrics  # noqa: E402
 
 __all__ = ["CLUSTER_COLOURS", "knn_sensitivity", "load_study", "plt", "save_figure"]
 

@@ -4,7 +4,7 @@ Every command runs in a process of its own, so its numbers do not depend on how 
 started: a shell, Snakemake, SLURM, a test. Start-up is kept short by loading only what a
 command uses (scikit-learn, MLflow and matplotlib are imported where they are needed) and
 by fewer, larger jobs (``seeds_in_one_job``), not by reusing a process. How it stops on
-SIGTERM: :mod:`basis.stopping`.
+SIGTERM: :mod:`basis.runtime.stopping`.
 
 This module imports only the standard library.
 """

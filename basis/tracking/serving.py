@@ -18,7 +18,7 @@ import numpy as np
 
 from basis.errors import InputError
 
-PACKAGE = Path(__file__).resolve().parent
+PACKAGE = Path(__file__).resolve().parent.parent
 
 # MLflow warns, when the class is defined, that predict has no type hints; they are left
 # out on purpose (MLflow would read them as a schema), so the warning says nothing here.
@@ -108,7 +108,7 @@ def load_embedding(model: str | Path, store: str | Path | None = None):
         return SpectralEstimator.load(model, device="cpu").transform
     from mlflow.exceptions import MlflowException
 
-    from basis.tracking import DEFAULT_STORE, scoped_tracking_uri, tracking_uri
+    from basis.tracking.store import DEFAULT_STORE, scoped_tracking_uri, tracking_uri
 
     try:
         with scoped_tracking_uri(tracking_uri(store or DEFAULT_STORE)):

@@ -1,12 +1,10 @@
-"""Command line: ``python -m basis {run,features,bench} ...``."""
+"""The bodies of ``python -m basis``'s commands: ``cmd_<command>(args) -> exit status``."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
-import sys
 import tempfile
 import time
 from contextlib import contextmanager
@@ -14,14 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
-from basis.catalog import DATASETS, method_names
-from basis.errors import InputError, Terminated
-from basis.inputs import check_experiment_name, check_output, check_seed, check_store, release_outputs
-from basis.outputs import atomic_path, write_json
-from basis.settings import NEIGHBOR_BACKENDS, SPARSE_SOLVERS, STEP_DATA
-from basis.stopping import STOPPED_STATUS, stop_on_sigterm
-from basis.threads import limit_threads
-from basis.timing import Progress, job_seconds, mark_startup, recording, report, timed
+from basis.errors import InputError
+from basis.runtime.inputs import check_output, check_seed
+from basis.runtime.outputs import atomic_path, write_json
+from basis.runtime.timing import Progress, mark_startup, timed
 
 
 def _print(result: dict, as_json: bool) -> None:
@@ -38,7 +32,7 @@ def _maybe_tracked(args: argparse.Namespace, run_name: str, tags: dict[str, str]
     if not args.track:
         yield None
         return
-    from basis.settings import parse_assignment
+    from basis.catalog.settings import parse_assignment
     from basis.tracking import tracked_run
 
     for text in args.tag:
@@ -52,7 +46,7 @@ def _maybe_tracked(args: argparse.Namespace, run_name: str, tags: dict[str, str]
 
 def _progress(total: int):
     """A step callback that prints step, loss, ms per step and the time left to stderr
-    (see :class:`basis.timing.Progress`), so that a job's log shows progress."""
+    (see :class:`basis.runtime.timing.Progress`), so that a job's log shows progress."""
     progress = Progress(total, "step")
 
     def report(step: int, info: dict[str, float]) -> None:
@@ -85,7 +79,7 @@ def run_folders(out: str | None, seeds: list[int]) -> list[str | None]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from basis.settings import resolve_settings
+    from basis.catalog.settings import resolve_settings
 
     # What needs neither torch nor scikit-learn is checked before they are imported: a
     # command with a bad setting or output folder is refused in a fraction of a second.
@@ -97,9 +91,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     for folder in filter(None, folders):
         check_output(folder, folder=True)
     from basis.data import load_inputs
-    from basis.device import resolve_device
     from basis.experiment import check_method
     from basis.references import load_reference
+    from basis.runtime.device import resolve_device
 
     mark_startup()
     device = str(resolve_device(args.device))  # resolved once: logged as used
@@ -193,8 +187,8 @@ def _run_seed(args, seed: int, out: str | None, settings: dict, device: str, dat
 
 
 def cmd_embed(args: argparse.Namespace) -> int:
-    from basis.inputs import load_points
-    from basis.serving import load_embedding
+    from basis.runtime.inputs import load_points
+    from basis.tracking.serving import load_embedding
 
     check_output(args.out, folder=False, suffix=".npy")
     inputs = load_points(args.input, images=bool(args.siamese))
@@ -236,13 +230,13 @@ def cmd_download(args: argparse.Namespace) -> int:
 
 
 def cmd_reference(args: argparse.Namespace) -> int:
-    from basis.settings import resolve_settings
+    from basis.catalog.settings import resolve_settings
 
     settings = resolve_settings("basis", assignments=args.set, dataset=args.dataset)
     check_output(args.out, folder=False, suffix=".npz")
     from basis.data import load_inputs
-    from basis.device import resolve_device
     from basis.references import save_reference
+    from basis.runtime.device import resolve_device
 
     mark_startup()
     device = str(resolve_device(args.device))
@@ -353,7 +347,7 @@ def cmd_study(args: argparse.Namespace) -> int:
     options = _options(args.set, study_parameters(args.name), f"study {args.name!r}")
     check_study_settings(args.name, options)
     check_output(args.out, folder=True)
-    from basis.device import resolve_device  # imports torch: after the checks that need none
+    from basis.runtime.device import resolve_device  # imports torch: after the checks that need none
 
     resolve_device(args.device)
     from basis.studies import save_study, study_function
@@ -397,7 +391,7 @@ def cmd_figure(args: argparse.Namespace) -> int:
     if missing:
         raise InputError(f"no arrays.npz in {missing}; run the study {study!r} first")
     check_output(args.out, folder=False, suffix=".png")
-    from basis.figures import check_study
+    from basis.studies.figures import check_study
 
     for folder in args.input:  # read whole once before a run opens (the drawing reads them again)
         check_study(folder)
@@ -422,7 +416,7 @@ def cmd_figure(args: argparse.Namespace) -> int:
 
 def _options(assignments: list[str], valid: list[str], what: str) -> dict:
     """``key=value`` assignments as a dict, refusing keys outside ``valid``."""
-    from basis.settings import parse_assignment
+    from basis.catalog.settings import parse_assignment
 
     options = {}
     for text in assignments:
@@ -444,8 +438,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     for flag in ("n", "d", "k", "k_eig"):
         if getattr(args, flag) < 1:
             raise InputError(f"--{flag.replace('_', '-')} {getattr(args, flag)}: expected a positive count")
-    from basis import bench
-    from basis.threads import thread_report
+    from basis.cli import bench
+    from basis.runtime.threads import thread_report
 
     if args.what == "step":
         result = bench.bench_step(
@@ -479,245 +473,3 @@ def cmd_bench(args: argparse.Namespace) -> int:
     result["threads"] = thread_report()
     _print(result, args.json)
     return 0
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse with its usage errors in one line (what was wrong, and where the help is),
-    exit status 2, like every other refused input."""
-
-    def error(self, message: str):
-        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="python -m basis", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    run = sub.add_parser("run", help="train one method on one data set and evaluate it")
-    run.add_argument("--method", required=True, choices=method_names())
-    run.add_argument("--dataset", required=True, choices=DATASETS)
-    run.add_argument("--features", help="a .npz from 'basis features' to use as input instead of the raw data")
-    run.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a setting (graph.n_neighbors=20, n_iter=500, ...)",
-    )
-    run.add_argument("--out", help="folder for the model, embeddings and metrics ({seed} becomes the seed)")
-    run.add_argument(
-        "--seeds",
-        type=int,
-        nargs="+",
-        help="several seeds in this one process, in turn, sharing the data and the reference (instead of"
-        " --seed); each gets its own MLflow run and --out folder, with the numbers of one process per seed",
-    )
-    run.add_argument("--reference", help="stored analytic embedding of the test split (from 'basis reference')")
-    run.add_argument("--siamese", help="the Siamese network behind --features, logged with the model (with --track)")
-    run.set_defaults(func=cmd_run)
-
-    embed = sub.add_parser("embed", help="embed new data with a saved model.pt or a logged MLflow model")
-    embed.add_argument(
-        "--model",
-        required=True,
-        help="a model.pt checkpoint or an MLflow model URI (runs:/<run id>/<run name>, models:/<model id>)",
-    )
-    embed.add_argument("--input", required=True, help=".npy of points (or of images, with --siamese)")
-    embed.add_argument("--out", required=True, help=".npy to write the embedding to")
-    embed.add_argument("--siamese", help="a Siamese network checkpoint that turns images into the model's input")
-    embed.set_defaults(func=cmd_embed)
-
-    download = sub.add_parser("download", help="fetch a data set (or check it is in place) and summarise it")
-    download.add_argument("--dataset", required=True, choices=DATASETS)
-    download.add_argument("--out", help="JSON summary to write once the data is in place")
-    download.set_defaults(func=cmd_download)
-
-    reference = sub.add_parser("reference", help="analytic embedding of a data set's test split, stored for the runs")
-    reference.add_argument("--dataset", required=True, choices=DATASETS)
-    reference.add_argument("--features", help="a .npz from 'basis features' to use as input instead of the raw data")
-    reference.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="protocol settings (graph.*, operator, drop_trivial, n_components)",
-    )
-    reference.add_argument(
-        "--eigensolver",
-        default="auto",
-        choices=["auto", *SPARSE_SOLVERS],
-        help="arpack: graph and Lanczos on the host; chebyshev: graph and a Chebyshev-filtered block iteration"
-        " on the device (auto: chebyshev on a GPU, arpack on the CPU)",
-    )
-    reference.add_argument("--out", required=True, help="output .npz")
-    reference.set_defaults(func=cmd_reference)
-
-    features = sub.add_parser("features", help="train the Siamese feature network and write train/test features")
-    features.add_argument("--dataset", required=True, choices=DATASETS)
-    features.add_argument("--out", required=True, help="output .npz")
-    features.add_argument("--checkpoint", help="where to save the network's weights")
-    features.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    features.set_defaults(func=cmd_features)
-
-    study = sub.add_parser(
-        "study", help="one of the paper's other experiments (toy examples, bunny, feature change, ...)"
-    )
-    study.add_argument("name", help="a module of basis/studies/ (toy, illustration, consistency, ...)")
-    study.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a setting of the study")
-    study.add_argument("--out", required=True, help="folder for metrics.json and arrays.npz")
-    study.set_defaults(func=cmd_study)
-
-    figure = sub.add_parser("figure", help="draw one of the paper's figures (PNG and PDF) from study folders")
-    figure.add_argument("name", help="a figure a study declares (fig1_toy_examples, fig4_bunny_diffusion_maps, ...)")
-    figure.add_argument("--input", action="append", required=True, help="a study folder (repeat for several)")
-    figure.add_argument("--out", required=True, help="the PNG to write; the PDF and the caption (.rst) go next to it")
-    figure.set_defaults(func=cmd_figure)
-
-    bench = sub.add_parser("bench", help="speed benchmarks (print figures)")
-    bench.add_argument("what", choices=["step", "reference"])
-    bench.add_argument("--m", type=int, default=512, help="batch size (step)")
-    bench.add_argument("--n", type=int, default=70_000, help="number of nodes (reference)")
-    bench.add_argument("--d", type=int, default=16, help="feature dimension")
-    bench.add_argument("--k", type=int, default=50, help="neighbours")
-    bench.add_argument("--k-eig", type=int, default=10, help="eigenvectors K")
-    bench.add_argument(
-        "--neighbors", default="exact", choices=NEIGHBOR_BACKENDS, help="neighbour search of the graph (reference)"
-    )
-    bench.add_argument(
-        "--eigensolver", default="auto", choices=["auto", "exact", "subspace"], help="BASiS's eigensolver (step)"
-    )
-    bench.add_argument(
-        "--reference-eigensolver",
-        default="auto",
-        choices=["auto", *SPARSE_SOLVERS],
-        help="the whole set's eigensolver (reference; auto: chebyshev on a GPU, arpack on the CPU)",
-    )
-    bench.add_argument(
-        "--topk-block", type=int, help="select the exact kNN in two stages over blocks of this many columns (reference)"
-    )
-    bench.add_argument(
-        "--spread",
-        type=float,
-        default=3.0,
-        help="scale of the clusters' centres (reference; 3: each cluster its own component, 1.5: connected)",
-    )
-    bench.add_argument("--save-embedding", help="write the reference embedding to this .npy (reference)")
-    bench.add_argument(
-        "--cuda-graphs", action="store_true", help="replay the step's fixed-shape parts from CUDA graphs (step)"
-    )
-    bench.add_argument(
-        "--compare",
-        action="store_true",
-        help="time the exact and the subspace eigensolver, and on CUDA the subspace one with CUDA graphs (step)",
-    )
-    bench.add_argument("--profile", action="store_true", help="the top device kernels, on CUDA (step)")
-    bench.add_argument(
-        "--data",
-        default="clusters",
-        choices=STEP_DATA,
-        help="what the steps train on (step): the clustered stand-in, Siamese-like touching clusters, raw digits",
-    )
-    bench.add_argument(
-        "--iterations", type=int, default=110, help=f"iterations, the first {WARMUP_STEPS} of them warm-up (step)"
-    )
-    bench.add_argument(
-        "--start-at",
-        type=float,
-        help="unix time at which to start timing, after the warm-up: processes started together (step)",
-    )
-    bench.set_defaults(func=cmd_bench)
-
-    tracking = sub.add_parser(
-        "tracking",
-        help="MLflow store upkeep: create experiments, close runs of killed jobs, print the UI's Table 1 view",
-    )
-    tracking.add_argument("action", choices=["setup", "close-stale", "url"])
-    tracking.add_argument(
-        "--experiment", action="append", default=[], help="experiment to create (setup), or to show (url: basis-runs)"
-    )
-    tracking.add_argument("--ui", default="http://127.0.0.1:5000", help="address of the MLflow UI (url)")
-    tracking.add_argument("--flag", help="file to write once the experiments exist (setup)")
-    tracking.set_defaults(func=cmd_tracking)
-
-    for command in (run, features, study, figure, reference):
-        command.add_argument("--track", metavar="EXPERIMENT", help="log this job as one MLflow run in EXPERIMENT")
-        command.add_argument(
-            "--tag", action="append", default=[], metavar="KEY=VALUE", help="extra run tag (with --track)"
-        )
-        command.add_argument("--parent", help="name of the run this one is grouped under, e.g. a sweep (with --track)")
-    for command in (run, features, study, figure, reference, tracking, embed):
-        command.add_argument(
-            "--store", default="results/mlflow", help="folder of the SQLite store (unless MLFLOW_TRACKING_URI is set)"
-        )
-    for command in (run, features, study, figure, bench, tracking, download, reference, embed):
-        command.add_argument("--seed", type=int, default=0)
-        command.add_argument("--device", default="auto")
-        command.add_argument("--json", action="store_true", help="print one JSON object")
-        command.add_argument("--data-root", default="resources/data")
-        command.add_argument(
-            "--data-seed",
-            type=int,
-            default=0,
-            help="seed of generated data sets and of splits (one data set, many training seeds)",
-        )
-        command.add_argument(
-            "--threads",
-            type=int,
-            default=None,
-            help="CPU threads this job may use, all pools together (default: the cores it may run on)",
-        )
-    return parser
-
-
-def check_common(args: argparse.Namespace) -> None:
-    """The inputs every command shares, checked before it starts: the seed, and the MLflow
-    store of a command that logs to it (``--track``) or reads from it (``embed`` of a
-    ``runs:/`` model)."""
-    check_seed(args.seed)
-    check_seed(args.data_seed, "--data-seed")
-    if getattr(args, "track", None) is not None:
-        check_experiment_name(args.track)
-        check_store(args.store, creates=True)
-    if args.command == "run" and getattr(args, "siamese", None) and not Path(args.siamese).is_file():
-        raise InputError(f"--siamese {args.siamese} does not exist; name the features' Siamese checkpoint")
-    if args.command == "tracking" and args.action == "url" and len(args.experiment) > 1:
-        raise InputError(f"tracking url shows one experiment, got --experiment {args.experiment}")
-    if args.command == "tracking" and (args.action in ("setup", "url") or Path(args.store).exists()):
-        check_store(args.store, creates=args.action == "setup")  # closing runs of no store closes none
-        if args.flag:
-            check_output(args.flag, folder=False, name="--flag")
-    if args.command == "embed" and Path(args.model).suffix != ".pt" and not Path(args.model).is_file():
-        check_store(args.store, creates=False)  # an MLflow model URI (runs:/..., models:/...)
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        check_common(args)
-        stop_on_sigterm()
-        args.threads = limit_threads(args.threads)
-        with recording() as seconds:
-            code = args.func(args)
-            total = job_seconds()
-        if args.json and seconds:  # a job's phases, for its log (benchmarks/workflow_profile.py)
-            report(seconds, total)
-        return code
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except Terminated as err:
-        closed = "; its MLflow run is closed as KILLED" if getattr(args, "track", None) else ""
-        print(f"error: stopped by {err} (a cancel or a time limit){closed}", file=sys.stderr)
-        return STOPPED_STATUS
-    except Exception:
-        import traceback
-
-        traceback.print_exc()
-        print(
-            "error: the traceback above is a bug in basis, not a problem with your input; please report it",
-            file=sys.stderr,
-        )
-        return 1
-    finally:
-        release_outputs()

@@ -9,11 +9,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from basis.device import resolve_device
 from basis.estimators import BASiS
 from basis.graph import GraphConfig
 from basis.references import analytic_embedding
-from basis.threads import one_torch_thread
+from basis.runtime.device import resolve_device
+from basis.runtime.threads import one_torch_thread
 
 
 def clustered_data(
@@ -29,7 +29,7 @@ def clustered_data(
 
 
 def step_data(data: str, batch_size: int, dim: int, n_components: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Points and labels of ``bench step``'s data ``data`` (:data:`basis.settings.STEP_DATA`); the digits
+    """Points and labels of ``bench step``'s data ``data`` (:data:`basis.catalog.STEP_DATA`); the digits
     have their own 64 dimensions and 10 classes."""
     if data == "digits":
         from sklearn.datasets import load_digits
@@ -128,7 +128,7 @@ def bench_step(
     data: str = "clusters",
 ) -> dict[str, Any]:
     """Median wall time of one BASiS iteration and of its parts, in milliseconds, on
-    ``data`` (:data:`basis.settings.STEP_DATA`), with RANSAC's hypotheses per batch (median and most), the
+    ``data`` (:data:`basis.catalog.STEP_DATA`), with RANSAC's hypotheses per batch (median and most), the
     solver used, the parts replayed from CUDA graphs, what an iteration would make a CUDA
     host wait for (:func:`count_host_syncs`) and, on CUDA, the waits torch's sync debug
     mode reports per iteration. ``compare`` times the exact and the subspace eigensolver
@@ -289,7 +289,7 @@ def _top_kernels(
 def count_host_syncs(
     batch_size: int = 512, n_components: int = 10, dim: int = 16, n_neighbors: int = 50, n_iter: int = 12, seed: int = 0
 ) -> dict[str, Any]:
-    """What the BASiS iterations would make a CUDA host wait for (:mod:`basis.syncs`),
+    """What the BASiS iterations would make a CUDA host wait for (:mod:`basis.runtime.syncs`),
     counted on the CPU with one thread, so that the pipeline's stages run on this thread,
     on the path CUDA takes (``eigensolver="subspace"``, what ``auto`` picks there). The
     counts of every iteration after the first (set-up) are summed and divided by their
@@ -298,7 +298,7 @@ def count_host_syncs(
     (value reads, data-dependent shapes, copies to the host, numpy); ``linalg_checks`` the
     decompositions that wait for the device to check convergence; ``exempt`` the host-side
     step counters of ``torch.optim``'s non-fused Adam (none: the estimators use neither)."""
-    from basis.syncs import HostSyncCounter
+    from basis.runtime.syncs import HostSyncCounter
 
     marks: list[tuple] = []
 

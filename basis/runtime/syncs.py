@@ -13,7 +13,7 @@ Two things look like waits on the CPU but are none on CUDA, and are kept apart:
 
 - the step counters of a non-fused, non-capturable optimizer (``torch.optim.Adam``'s default),
   which torch keeps on the host on every device: their ``.item()`` inside ``optimizer.step``
-  is counted under ``exempt`` (the estimators use :class:`basis.optim.Adam` on the CPU and
+  is counted under ``exempt`` (the estimators use :class:`basis.runtime.optim.Adam` on the CPU and
   the fused Adam on CUDA, neither of which reads one);
 - the decompositions that torch documents to synchronise a CUDA device with the host to
   check their convergence (``svd``, ``eigh``, ``lstsq``): these are real waits on CUDA, but

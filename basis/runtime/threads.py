@@ -77,7 +77,7 @@ def thread_report() -> dict[str, int]:
 def one_torch_thread() -> Iterator[None]:
     """torch on one thread within the block, its thread count restored after it: a training
     loop then runs its pipeline's stages in turn on the calling thread, where a thread-local
-    audit (:mod:`basis.syncs`, :mod:`basis.determinism`) sees every op."""
+    audit (:mod:`basis.runtime.syncs`, :mod:`basis.runtime.determinism`) sees every op."""
     import torch
 
     budget = torch.get_num_threads()

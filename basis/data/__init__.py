@@ -18,10 +18,10 @@ import numpy as np
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
-from basis import bunny, toy
 from basis.catalog import DATASETS, FEATURE_SETS, IMAGE_SETS, TEST_FRACTION  # noqa: F401 (the names, re-exported)
+from basis.data import bunny, toy
 from basis.errors import InputError
-from basis.inputs import check_path_length
+from basis.runtime.inputs import check_path_length
 
 DEFAULT_ROOT = Path("resources/data")
 

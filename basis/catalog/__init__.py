@@ -19,10 +19,18 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from basis.catalog.studies import Figure, Study
 from basis.errors import InputError
-from basis.studies import Figure, Study
 
-PACKAGE = Path(__file__).resolve().parent
+PACKAGE = Path(__file__).resolve().parent.parent
+
+#: How a whole set's sparse graph is solved: Lanczos on the host, or a Chebyshev-filtered
+#: block iteration on the graph's device (:func:`basis.spectral.sparse_spectral_embedding`).
+SPARSE_SOLVERS = ("arpack", "chebyshev")
+#: What ``bench step`` trains on: the stand-in (clusters that are the graph's connected
+#: components), Siamese-like features (clusters that touch: one component, ten small
+#: eigenvalues, as trained features give) and raw scikit-learn digits (64-d pixels).
+STEP_DATA = ("clusters", "touching", "digits")
 
 #: The toy sets and their number of classes.
 TOY_CLASSES = {"three_moons": 3, "two_moons": 2, "circles": 2, "blobs": 4, "spirals": 2}
@@ -102,7 +110,7 @@ def method_annotations(method: str) -> dict[str, str]:
 
 
 def _class_init(class_name: str) -> ast.FunctionDef:
-    for path in sorted(PACKAGE.glob("*.py")):
+    for path in sorted(PACKAGE.rglob("*.py")):
         tree = ast.parse(path.read_text())
         if any(isinstance(n, ast.ClassDef) and n.name == class_name for n in tree.body):
             return _init(tree, class_name)
@@ -136,11 +144,18 @@ def _declared(node: ast.expr):
     return ast.literal_eval(node)
 
 
+#: Modules of ``basis/studies/`` that studies share, not studies themselves: drawing and
+#: saving figures, and the training protocols of the studies beyond the paper.
+STUDY_HELPERS = ("__init__", "figures", "protocols")
+
+
 @cache
 def _study_sources() -> dict[str, tuple[Study, ast.Module, Path]]:
     """Study name -> (its declaration, the module's syntax tree, the module's path)."""
     studies = {}
     for path in sorted((PACKAGE / "studies").glob("*.py")):
+        if path.stem in STUDY_HELPERS:
+            continue
         tree = ast.parse(path.read_text())
         for node in tree.body:
             if isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["STUDY"]:
@@ -242,7 +257,7 @@ def study_runs(name: str, section: dict) -> dict[str, dict]:
 CLASS_LABELS = {name: tuple(range(10)) for name in FEATURE_SETS} | {
     name: tuple(range(n)) for name, n in TOY_CLASSES.items()
 }
-#: Anchors per class that the toy protocol adds to every batch (:func:`basis.toy.three_moons_anchors`).
+#: Anchors per class that the toy protocol adds to every batch (:func:`basis.data.toy.three_moons_anchors`).
 TOY_ANCHORS_PER_CLASS = 3
 
 
@@ -307,7 +322,7 @@ def source_hash(paths: list[Path], texts: list[str] = ()) -> str:
 
 
 #: Modules that only draw and tabulate results; computing jobs do not depend on them.
-PRESENTATION = ("figures.py", "paper.py")
+PRESENTATION = ("studies/figures.py", "paper.py")
 
 
 def _study_parts(name: str) -> tuple[str, str]:
@@ -327,7 +342,8 @@ def _study_parts(name: str) -> tuple[str, str]:
 def library_sources() -> list[Path]:
     """Every module a computing job may use: the package without the methods' own modules,
     the study modules and the presentation modules."""
-    excluded = {path for _, path, _ in _method_sources().values()} | {PACKAGE / name for name in PRESENTATION}
+    excluded = {path for paths in _method_files().values() for path in paths}
+    excluded |= {PACKAGE / name for name in PRESENTATION}
     excluded |= {path for _, _, path in _study_sources().values()}
     return [path for path in PACKAGE.rglob("*.py") if path not in excluded]
 
@@ -350,7 +366,30 @@ def code_version(
         study_parameters(study)
         computing.append(_study_parts(study)[0])
         methods = _methods_used(_study_sources()[study][2])
-    return source_hash(library_sources() + [_method_sources()[m][1] for m in methods], computing)
+    return source_hash(library_sources() + [path for m in methods for path in _method_files()[m]], computing)
+
+
+@cache
+def _method_files() -> dict[str, list[Path]]:
+    """Method name -> its own source files: the module that defines it, and the modules of
+    ``basis/estimators/`` that no other method's module imports (BASiS's batch targets)."""
+    own = {name: path for name, (_, path, _) in _method_sources().items()}
+    imported = {
+        name: {
+            _module_path(node.module)
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("basis.estimators.")
+        }
+        for name, path in own.items()
+    }
+    shared = {
+        path
+        for name, paths in imported.items()
+        for other, more in imported.items()
+        if other != name
+        for path in paths & more
+    }
+    return {name: [own[name], *sorted(imported[name] - shared - set(own.values()))] for name in own}
 
 
 def _methods_used(path: Path) -> list[str]:
@@ -369,11 +408,17 @@ def _methods_used(path: Path) -> list[str]:
                 continue
             if node.module == "basis.estimators":
                 used |= {by_class[a.name] for a in node.names if a.name in by_class}
-            elif node.module == "basis":  # from basis import metrics, ...
-                queue += [PACKAGE / f"{a.name}.py" for a in node.names]
             elif not node.module.startswith("basis.estimators"):
-                queue.append(PACKAGE.joinpath(*node.module.split(".")[1:]).with_suffix(".py"))
+                # the module, and the names it imports that are modules (from basis import metrics)
+                queue += [_module_path(node.module)] + [_module_path(f"{node.module}.{a.name}") for a in node.names]
     return sorted(used)
+
+
+def _module_path(dotted: str) -> Path:
+    """The source file of module ``basis.<...>``: a module's file or a package's
+    ``__init__.py`` (a path that does not exist when ``dotted`` names no module)."""
+    path = PACKAGE.joinpath(*dotted.split(".")[1:])
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
 
 
 # -- types: config and command-line values checked against the annotations ------------------

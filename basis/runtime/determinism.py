@@ -14,7 +14,7 @@ slot's own value is one where the op adds to it), by op name. Convolutions are c
 :func:`fixed_order_convolutions` holds it: its fastest ones, and any that ``benchmark`` mode
 picks by timing, may add by atomics.
 
-Like :class:`~basis.syncs.HostSyncCounter`, the mode is thread-local: count a training loop
+Like :class:`~basis.runtime.syncs.HostSyncCounter`, the mode is thread-local: count a training loop
 with one torch thread, where BASiS runs its pipeline's stages in turn on the calling thread.
 """
 

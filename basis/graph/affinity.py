@@ -17,7 +17,7 @@ import scipy.sparse as sp
 import torch
 
 from basis.errors import InputError
-from basis.settings import GraphConfig
+from basis.graph.config import GraphConfig
 
 #: Largest block of scores one chunk of the kNN holds on the host (bytes): the chunk of
 #: rows shrinks as n grows so that memory stays flat (at 1M points, 2,048 rows would be 8 GB

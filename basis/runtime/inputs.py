@@ -48,7 +48,7 @@ def _exists(path: Path) -> bool:
         return False
 
 
-#: A partial output is written beside its file as ``.<stem>.partial<suffix>`` (basis.outputs).
+#: A partial output is written beside its file as ``.<stem>.partial<suffix>`` (basis.runtime.outputs).
 _PARTIAL_EXTRA = len("..partial")
 
 

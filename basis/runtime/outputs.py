@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from basis.errors import InputError
-from basis.stopping import on_stop
+from basis.runtime.stopping import on_stop
 
 
 @contextmanager
@@ -21,7 +21,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.stem}.partial{path.suffix}")  # keeps .npz, which np.savez would add
-    forget = on_stop(lambda: partial.unlink(missing_ok=True))  # a stop mid-write (basis.launcher)
+    forget = on_stop(lambda: partial.unlink(missing_ok=True))  # a stop mid-write (basis.cli.launcher)
     try:
         yield partial
         os.replace(partial, path)

@@ -1,0 +1,10 @@
+"""What makes a job fast and safe on a device and in a workflow, apart from the science it
+runs: CUDA-graph capture (:mod:`~basis.runtime.capture`), the host-sync audit
+(:mod:`~basis.runtime.syncs`), order-dependent sums (:mod:`~basis.runtime.determinism`),
+phase timings (:mod:`~basis.runtime.timing`), thread budgets (:mod:`~basis.runtime.threads`),
+a CPU Adam (:mod:`~basis.runtime.optim`), device choice (:mod:`~basis.runtime.device`),
+stopping on SIGTERM (:mod:`~basis.runtime.stopping`), and files in
+(:mod:`~basis.runtime.inputs`) and out (:mod:`~basis.runtime.outputs`).
+
+These modules import no other part of ``basis`` but :mod:`basis.errors`.
+"""

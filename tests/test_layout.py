@@ -1,0 +1,82 @@
+"""The package's layout holds: no import circle, the machinery apart from the science, and
+modules of a readable length."""
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1] / "basis"
+#: The science: what a researcher reuses, which needs neither the command line nor MLflow.
+SCIENCE = ("graph", "spectral", "alignment", "models", "estimators", "metrics", "data", "features")
+SCIENCE += ("references", "experiment", "feature_change", "studies", "paper")
+#: Longest module, in lines.
+MAX_LINES = 520
+
+
+def _modules() -> dict[str, Path]:
+    modules = {}
+    for path in ROOT.rglob("*.py"):
+        parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return modules
+
+
+def _imports() -> dict[str, set[str]]:
+    """Module -> the modules of ``basis`` it imports, at its top or inside a function."""
+    modules = _modules()
+
+    def owner(name: str) -> str:
+        while name not in modules:
+            name = name.rpartition(".")[0]
+        return name
+
+    graph = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+                module = ".".join(base + [node.module] if node.module else base) if node.level else node.module
+                if module and module.split(".")[0] == "basis":
+                    found |= {owner(f"{module}.{alias.name}") for alias in node.names}
+            elif isinstance(node, ast.Import):
+                found |= {owner(alias.name) for alias in node.names if alias.name.split(".")[0] == "basis"}
+        graph[name] = found - {name}
+    return graph
+
+
+def _part(module: str) -> str:
+    return module.split(".")[1] if "." in module else ""
+
+
+def test_no_import_runs_in_a_circle():
+    graph = _imports()
+    state: dict[str, str] = {}
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = "open"
+        for target in sorted(graph[module]):
+            if state.get(target) == "open":
+                raise AssertionError(f"import circle: {' -> '.join(path[path.index(target) :] + [target])}")
+            if target not in state:
+                visit(target, path + [target])
+        state[module] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+
+
+def test_the_science_imports_neither_the_command_line_nor_tracking_and_runtime_imports_no_science():
+    graph = _imports()
+    for module, targets in graph.items():
+        parts = {_part(target) for target in targets}
+        if _part(module) in SCIENCE:
+            assert not parts & {"cli", "tracking"}, f"{module} imports {sorted(targets)}"
+        if _part(module) == "runtime":
+            assert parts <= {"runtime", "errors"}, f"{module} imports {sorted(targets)}"
+
+
+def test_no_module_is_longer_than_the_limit():
+    lengths = {path.relative_to(ROOT.parent): len(path.read_text().splitlines()) for path in ROOT.rglob("*.py")}
+    assert {path: n for path, n in lengths.items() if n > MAX_LINES} == {}
