@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import math
+from collections import Counter
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -110,7 +111,7 @@ def method_annotations(method: str) -> dict[str, str]:
 
 
 def _class_init(class_name: str) -> ast.FunctionDef:
-    for path in sorted(PACKAGE.rglob("*.py")):
+    for path in sorted(PACKAGE.glob("*.py")):
         tree = ast.parse(path.read_text())
         if any(isinstance(n, ast.ClassDef) and n.name == class_name for n in tree.body):
             return _init(tree, class_name)
@@ -382,14 +383,11 @@ def _method_files() -> dict[str, list[Path]]:
         }
         for name, path in own.items()
     }
-    shared = {
-        path
-        for name, paths in imported.items()
-        for other, more in imported.items()
-        if other != name
-        for path in paths & more
+    imports = Counter(path for paths in imported.values() for path in paths)
+    alone = {
+        name: {path for path in paths if imports[path] == 1} - set(own.values()) for name, paths in imported.items()
     }
-    return {name: [own[name], *sorted(imported[name] - shared - set(own.values()))] for name in own}
+    return {name: [own[name], *sorted(alone[name])] for name in own}
 
 
 def _methods_used(path: Path) -> list[str]:
