@@ -84,7 +84,21 @@ def check_method(method: str, data: Dataset, settings: dict[str, Any]) -> None:
     build_estimator(method, data, settings).check_input(data.X_train, data.y_train)
 
 
-def run_method(
+@dataclass
+class PlannedRun:
+    """One seed's run before training: its estimator, the data it trains and is scored on
+    (the authors' split where the protocol asks for it), and the stored reference in that
+    data's order."""
+
+    seed: int
+    settings: dict[str, Any]
+    data: Dataset
+    estimator: SpectralEstimator
+    stored: np.ndarray | None
+    authors: bool
+
+
+def plan_run(
     method: str,
     data: Dataset,
     *,
@@ -93,10 +107,8 @@ def run_method(
     settings: dict[str, Any] | None = None,
     callback=None,
     reference: str | Path | np.ndarray | None = None,
-) -> RunResult:
-    """Fit ``method`` on ``data``'s training split and evaluate on its test split,
-    against a stored ``reference`` (a file from :func:`save_reference`, or its embedding
-    as loaded by :func:`load_reference`) or one computed here."""
+) -> PlannedRun:
+    """What :func:`run_method` trains and scores, set up but not trained."""
     settings = settings or resolve_settings(method)
     n_components = settings["n_components"] or data.n_classes
     # A stored reference is checked before training, not after.
@@ -113,12 +125,80 @@ def run_method(
     estimator = build_estimator(method, data, settings, **run)
     if authors and "anchor_indices" in estimator.get_params():
         estimator.set_params(anchor_indices=list(range(per_class * data.n_classes)))
+    return PlannedRun(seed, settings, data, estimator, stored, authors)
+
+
+def run_method(
+    method: str,
+    data: Dataset,
+    *,
+    seed: int = 0,
+    device: str = "auto",
+    settings: dict[str, Any] | None = None,
+    callback=None,
+    reference: str | Path | np.ndarray | None = None,
+) -> RunResult:
+    """Fit ``method`` on ``data``'s training split and evaluate on its test split,
+    against a stored ``reference`` (a file from :func:`save_reference`, or its embedding
+    as loaded by :func:`load_reference`) or one computed here."""
+    planned = plan_run(
+        method, data, seed=seed, device=device, settings=settings, callback=callback, reference=reference
+    )
     start = time.perf_counter()
     with timed("train"):
-        estimator.fit(data.X_train, data.y_train)
-        if isinstance(estimator, SpecNet2):
-            estimator.postprocess(data.X_test)  # on the whole test set, as in the paper
-    train_seconds = time.perf_counter() - start
+        planned.estimator.fit(planned.data.X_train, planned.data.y_train)
+        _postprocess(planned)
+    return evaluate_run(planned, time.perf_counter() - start)
+
+
+def run_seeds_together(
+    method: str,
+    data: Dataset,
+    seeds: list[int],
+    *,
+    device: str = "auto",
+    settings: dict[str, Any] | None = None,
+    callbacks: dict[int, Any] | None = None,
+    reference: str | Path | np.ndarray | None = None,
+) -> dict[int, RunResult]:
+    """:func:`run_method` for each of ``seeds``, their networks trained together as one
+    batched network (:func:`basis.estimators.together.fit_together`); each seed's
+    numbers are its solo run's to float rounding. ``train_seconds`` is the seeds' training
+    time together."""
+    from basis.estimators.together import fit_together
+
+    callbacks = callbacks or {}
+    planned = [
+        plan_run(
+            method,
+            data,
+            seed=seed,
+            device=device,
+            settings=settings,
+            callback=callbacks.get(seed),
+            reference=reference,
+        )
+        for seed in seeds
+    ]
+    start = time.perf_counter()
+    with timed("train"):
+        fit_together([run.estimator for run in planned], [(run.data.X_train, run.data.y_train) for run in planned])
+        for run in planned:
+            _postprocess(run)
+    seconds = time.perf_counter() - start
+    return {run.seed: evaluate_run(run, seconds) for run in planned}
+
+
+def _postprocess(planned: PlannedRun) -> None:
+    if isinstance(planned.estimator, SpecNet2):
+        planned.estimator.postprocess(planned.data.X_test)  # on the whole test set, as in the paper
+
+
+def evaluate_run(planned: PlannedRun, train_seconds: float) -> RunResult:
+    """A trained run's scores on its test split (see the module's docstring)."""
+    estimator, data, settings, seed = planned.estimator, planned.data, planned.settings, planned.seed
+    n_components = settings["n_components"] or data.n_classes
+    stored, authors = planned.stored, planned.authors
     with timed("transform"):
         test_embedding = estimator.transform(data.X_test)
         train_embedding = estimator.transform(data.X_train)

@@ -4,9 +4,12 @@
 # (2) Table 1's runs of one data set at the paper's protocol on an MNIST-sized stand-in for
 # its Siamese features (60,000 + 10,000 16-d points, benchmarks/standin_features.py): the
 # test split's reference once, then each method's seeds in one process (the workflow's
-# seeds_in_one_job), timed end to end; the paper's 160 runs are 4 such sets. Writes
+# seeds_in_one_job; BASiS's seeds trained together on CUDA), timed end to end; the paper's
+# 160 runs are 4 such sets. (3) BASiS's seeds together against the same seeds in turn (the
+# baseline) and one seed alone, and each seed's scores of the two compared. Writes
 # $OUT/summary.txt. Usage: OUT=folder [DEVICE=cuda] [N_ITER=1000] [SEEDS="0 ... 9"]
-# [N_TRAIN=60000 N_TEST=10000] [METHODS="basis diffusion_net specnet1 specnet2"] bash benchmarks/gpu_paper_scale.sh
+# [N_TRAIN=60000 N_TEST=10000] [METHODS="basis diffusion_net specnet1 specnet2"] [TOGETHER=auto]
+# bash benchmarks/gpu_paper_scale.sh
 set -uo pipefail
 OUT=${OUT:-results/gpu_paper_scale}
 DEVICE=${DEVICE:-cuda}
@@ -15,6 +18,7 @@ SEEDS=${SEEDS:-0 1 2 3 4 5 6 7 8 9}
 N_TRAIN=${N_TRAIN:-60000}
 N_TEST=${N_TEST:-10000}
 METHODS=${METHODS:-basis diffusion_net specnet1 specnet2}
+TOGETHER=${TOGETHER:-auto}  # --seeds-together of the Table 1 runs (auto: BASiS's on CUDA; on: also on the CPU)
 py=${PYTHON:-python3}
 mkdir -p "$OUT"
 read -r -a seeds <<< "$SEEDS"
@@ -36,15 +40,44 @@ PY
         --json > "$OUT/reference.json" 2> "$OUT/reference.err" || echo "FAILED reference: $(tail -1 "$OUT/reference.err")"
     echo "reference of the ${N_TEST}-point test split: $((SECONDS - start)) s"
     total=$((SECONDS - start))
+    # run NAME METHOD SEEDS-TOGETHER SEED...: one `basis run` of SEEDs in one process, into $OUT/runs/NAME.
+    run() {
+        local name=$1 method=$2 together=$3
+        shift 3
+        "$py" -m basis run --method "$method" --dataset mnist --features "$OUT/mnist.npz" --reference "$OUT/reference.npz" \
+            --device "$DEVICE" --set "n_iter=$N_ITER" --seeds "$@" --seeds-together "$together" \
+            --out "$OUT/runs/$name/seed{seed}" --json > "$OUT/$name.json" 2> "$OUT/$name.err" \
+            || echo "FAILED $name: $(tail -1 "$OUT/$name.err")"
+    }
     for method in $METHODS; do
         start=$SECONDS
-        "$py" -m basis run --method "$method" --dataset mnist --features "$OUT/mnist.npz" --reference "$OUT/reference.npz" \
-            --device "$DEVICE" --set "n_iter=$N_ITER" --seeds "${seeds[@]}" --out "$OUT/runs/$method/seed{seed}" --json \
-            > "$OUT/$method.json" 2> "$OUT/$method.err" || echo "FAILED $method: $(tail -1 "$OUT/$method.err")"
+        run "$method" "$method" "$([ "$method" = basis ] && echo "$TOGETHER" || echo auto)" "${seeds[@]}"
         took=$((SECONDS - start))
         total=$((total + took))
-        echo "$method: ${#seeds[@]} seeds x $N_ITER iterations in one process: $took s"
+        echo "$method: ${#seeds[@]} seeds x $N_ITER iterations in one process (seeds together where auto): $took s"
     done
     echo "one data set's Table 1 runs (${#seeds[@]} seeds x $(wc -w <<< "$METHODS") methods): $total s;"
     echo "the paper's 4 data sets: $((4 * total)) s measured as 4 x one set (floor 900 s, goal 300 s)"
+    # Seeds trained together against the baseline (the same seeds in turn) and one seed alone:
+    # goal, the seeds together in at most 2x one seed's time; each seed's scores within 1e-6.
+    [[ " $METHODS " == *" basis "* ]] || exit 0
+    start=$SECONDS
+    run basis_one basis off "${seeds[0]}"
+    echo "basis: 1 seed: $((SECONDS - start)) s"
+    start=$SECONDS
+    run basis_in_turn basis off "${seeds[@]}"
+    echo "basis: ${#seeds[@]} seeds in turn: $((SECONDS - start)) s (together: the basis line above, --seeds-together $TOGETHER)"
+    "$py" - "$OUT/runs" "${seeds[@]}" <<'PY'
+import json, sys
+from pathlib import Path
+runs, seeds = Path(sys.argv[1]), sys.argv[2:]
+worst = {}
+for seed in seeds:
+    together = json.loads((runs / f"basis/seed{seed}/metrics.json").read_text())
+    in_turn = json.loads((runs / f"basis_in_turn/seed{seed}/metrics.json").read_text())
+    for key, value in in_turn.items():
+        worst[key] = max(worst.get(key, 0.0), abs(together[key] - value) / max(abs(value), 1e-12))
+print("seeds together against in turn, largest relative difference per score:")
+print("  " + ", ".join(f"{key} {value:.1e}" for key, value in sorted(worst.items())))
+PY
 } 2>&1 | tee "$OUT/summary.txt"

@@ -15,10 +15,10 @@ from basis.cli.commands import (
     cmd_features,
     cmd_figure,
     cmd_reference,
-    cmd_run,
     cmd_study,
     cmd_tracking,
 )
+from basis.cli.run import cmd_run
 from basis.graph.config import NEIGHBOR_BACKENDS
 
 
@@ -54,6 +54,13 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         help="several seeds in this one process, in turn, sharing the data and the reference (instead of"
         " --seed); each gets its own MLflow run and --out folder, with the numbers of one process per seed",
+    )
+    run.add_argument(
+        "--seeds-together",
+        default="auto",
+        choices=["auto", "on", "off"],
+        help="train the --seeds as one batched network (each seed's numbers its solo run's to float rounding);"
+        " auto: on CUDA, for a method that can (basis); the CPU keeps each seed's solo path, bit for bit",
     )
     run.add_argument("--reference", help="stored analytic embedding of the test split (from 'basis reference')")
     run.add_argument("--siamese", help="the Siamese network behind --features, logged with the model (with --track)")

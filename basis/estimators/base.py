@@ -285,6 +285,12 @@ class SpectralEstimator(TrainingLoop, TransformerMixin, BaseEstimator):
         """The method's loss as a function of :meth:`_loss_tensors`' tensors alone."""
         raise NotImplementedError
 
+    def _loss_with(self, forward: Callable[[torch.Tensor], torch.Tensor], *tensors: torch.Tensor) -> torch.Tensor:
+        """The method's loss with the network ``forward`` on :meth:`_loss_tensors`' tensors;
+        a method that supplies it can train its seeds together
+        (:func:`basis.estimators.together.fit_together`)."""
+        raise NotImplementedError
+
     # -- inference and persistence -----------------------------------------------------
     def _check_fitted(self) -> None:
         if not hasattr(self, "model_"):

@@ -88,6 +88,13 @@ class StepTimer:
         yield
         self.ms[f"ms_{part}"] = self.ms.get(f"ms_{part}", 0.0) + (time.perf_counter() - start_time) * 1e3
 
+    def include(self, other: StepTimer) -> None:
+        """Count ``other``'s parts as this timer's too (a step's part shared by several
+        timers, such as the gradient step of seeds trained together)."""
+        for part, ms in other.ms.items():
+            self.ms[part] = self.ms.get(part, 0.0) + ms
+        self._events += other._events
+
     def read(self) -> dict[str, float]:
         """Milliseconds per part (on CUDA, waits for the parts' end events)."""
         for part, start, end in self._events:
@@ -240,11 +247,7 @@ class TrainingLoop:
 
     def _train_step(self, batch: PreparedBatch) -> tuple[torch.Tensor, dict[str, float]]:
         """The gradient step; the loss is left on the device (see :meth:`step` and :meth:`fit`)."""
-        if batch.ready is not None:  # prepared on its own stream: wait for it, and keep its memory
-            main = torch.cuda.current_stream(self.device_)
-            main.wait_event(batch.ready)
-            for tensor in _tensors(batch.content):
-                tensor.record_stream(main)
+        self._await(batch)
         self.model_.train()
         if self._gradient_step is not None:
             tensors, info = self._loss_tensors(batch.content)
@@ -259,6 +262,16 @@ class TrainingLoop:
         self.n_steps_ += 1
         self._after_step()
         return loss.detach(), info
+
+    def _await(self, batch: PreparedBatch) -> Any:
+        """``batch``'s content, ready for the current stream: one prepared on a stream of
+        its own (CUDA) is waited for, and its memory kept until this stream is done with it."""
+        if batch.ready is not None:
+            main = torch.cuda.current_stream(self.device_)
+            main.wait_event(batch.ready)
+            for tensor in _tensors(batch.content):
+                tensor.record_stream(main)
+        return batch.content
 
     def _gradient_step_on(self, *tensors: torch.Tensor) -> tuple[torch.Tensor]:
         """The gradient step as a function of the loss's tensors, which

@@ -1,0 +1,220 @@
+"""``python -m basis run``: train one method on one data set, each seed in turn or together,
+and write, score and log every seed on its own."""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from contextlib import ExitStack
+from pathlib import Path
+
+import numpy as np
+
+from basis.cli.commands import maybe_tracked, print_result
+from basis.errors import InputError
+from basis.runtime.inputs import check_output, check_seed
+from basis.runtime.outputs import atomic_path, write_json
+from basis.runtime.timing import Progress, mark_startup, timed
+
+
+def _progress(total: int):
+    """A step callback that prints step, loss, ms per step and the time left to stderr
+    (see :class:`basis.runtime.timing.Progress`), so that a job's log shows progress."""
+    progress = Progress(total, "step")
+
+    def report(step: int, info: dict[str, float]) -> None:
+        progress.update(step + 1, f"loss {info['loss']:.4g}")
+
+    return report
+
+
+def _callbacks(*callbacks):
+    """One step callback that calls each of ``callbacks`` that is not None."""
+    chosen = [c for c in callbacks if c is not None]
+
+    def each(step: int, info: dict[str, float]) -> None:
+        for callback in chosen:
+            callback(step, info)
+
+    return each
+
+
+def run_folders(out: str | None, seeds: list[int]) -> list[str | None]:
+    """Each seed's --out folder: ``{seed}`` in ``out`` becomes the seed; several seeds
+    need it, so that no seed overwrites another's results."""
+    if len(set(seeds)) != len(seeds):
+        raise InputError(f"--seeds lists a seed twice: {seeds}")
+    if out is None:
+        return [None] * len(seeds)
+    if len(seeds) > 1 and "{seed}" not in out:
+        raise InputError(f"--out {out}: with several --seeds it needs {{seed}}, e.g. results/runs/seed{{seed}}")
+    return [out.replace("{seed}", str(seed)) for seed in seeds]
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from basis.catalog.settings import resolve_settings
+
+    # What needs neither torch nor scikit-learn is checked before they are imported: a
+    # command with a bad setting or output folder is refused in a fraction of a second.
+    seeds = args.seeds or [args.seed]
+    for seed in seeds:
+        check_seed(seed, "--seeds")
+    folders = run_folders(args.out, seeds)
+    settings = resolve_settings(args.method, assignments=args.set, dataset=args.dataset)
+    for folder in filter(None, folders):
+        check_output(folder, folder=True)
+    from basis.data import load_inputs
+    from basis.experiment import check_method
+    from basis.references import load_reference
+    from basis.runtime.device import resolve_device
+
+    mark_startup()
+    device = str(resolve_device(args.device))  # resolved once: logged as used
+    together = _trains_together(args, seeds, device)
+    # Loaded once for every seed: the data, its features and the reference.
+    with timed("load"):
+        data = load_inputs(args.dataset, args.features, seed=args.data_seed, root=args.data_root)
+        n_components = settings["n_components"] or data.n_classes
+        stored = None if args.reference is None else load_reference(args.reference, settings, n_components, data.X_test)
+        check_method(args.method, data, settings)  # what depends on the data, before a run opens
+    outputs = _run_seeds(args, seeds, folders, settings, device, data, stored, together)
+    print_result(outputs[seeds[0]] if args.seeds is None else {"seeds": outputs}, args.json)
+    return 0
+
+
+def _run_seeds(
+    args, seeds: list[int], folders: list[str | None], settings: dict, device: str, data, stored, together: bool
+) -> dict:
+    """Each seed of ``run``, trained in turn, or ``together`` as one batched network
+    (``--seeds-together``); each seed is evaluated, written and logged on its own."""
+    if not together:
+        return {seed: _run_seed(args, seed, out, settings, device, data, stored) for seed, out in zip(seeds, folders)}
+    from basis.experiment import run_seeds_together
+
+    with ExitStack() as stack:
+        opened = {}
+        for seed in seeds:
+            run_name, tags = _run_identity(args, seed)
+            run = stack.enter_context(maybe_tracked(args, run_name, tags))
+            opened[seed] = (run_name, run, _log_inputs(run, args, seed, settings, device, data))
+        progress = _progress(settings.get("n_iter", 1))  # one progress line: the seeds step together
+        callbacks = {
+            seed: _callbacks(run.log_step if run else None, progress if seed == seeds[0] else None)
+            for seed, (_, run, _) in opened.items()
+        }
+        results = run_seeds_together(
+            args.method, data, seeds, device=device, settings=settings, callbacks=callbacks, reference=stored
+        )
+        return {
+            seed: _seed_outputs(args, out, settings, data, results[seed], *opened[seed])
+            for seed, out in zip(seeds, folders)
+        }
+
+
+def _trains_together(args, seeds: list[int], device: str) -> bool:
+    """``--seeds-together``: ``auto`` trains several seeds together on CUDA where the
+    method can (the CPU keeps each seed's solo path, bit for bit); ``on`` wherever the
+    method can, and refuses one that cannot; ``off`` never."""
+    from basis.estimators import METHODS
+    from basis.estimators.together import trains_together
+
+    able = trains_together(METHODS[args.method])
+    if args.seeds_together == "on" and not able:
+        raise InputError(f"--seeds-together on: {args.method} cannot train its seeds together (only basis can)")
+    if args.seeds_together == "auto":
+        return able and len(seeds) > 1 and device.startswith("cuda")
+    return args.seeds_together == "on"
+
+
+def _run_identity(args, seed: int) -> tuple[str, dict[str, str]]:
+    """A seed's MLflow run name (also its logged model's name) and tags."""
+    tags = {"dataset": args.dataset, "method": args.method, "seed": str(seed)}
+    return f"{args.dataset}-{args.method}-seed{seed}", tags
+
+
+def _run_seed(args, seed: int, out: str | None, settings: dict, device: str, data, stored) -> dict:
+    """One seed of ``run``: train, evaluate, write ``out``, and log it as its own MLflow run."""
+    from basis.experiment import run_method
+
+    run_name, tags = _run_identity(args, seed)
+    with maybe_tracked(args, run_name, tags) as run:
+        digest = _log_inputs(run, args, seed, settings, device, data)
+        n_iter = settings.get("n_iter", 1)
+        result = run_method(
+            args.method,
+            data,
+            seed=seed,
+            device=device,
+            settings=settings,
+            callback=_callbacks(run.log_step if run else None, _progress(n_iter)),
+            reference=stored,
+        )
+        return _seed_outputs(args, out, settings, data, result, run_name, run, digest)
+
+
+def _log_inputs(run, args, seed: int, settings: dict, device: str, data) -> str | None:
+    """A seed's run parameters and training set, logged to its MLflow run (if tracked);
+    returns the training set's fingerprint."""
+    if not run:
+        return None
+    run.log_params(
+        {
+            "method": args.method,
+            "dataset": args.dataset,
+            "seed": seed,
+            "data_seed": args.data_seed,
+            "device": device,
+            "threads": args.threads,
+            "features": args.features or "raw",
+            **settings,
+            "n_components": settings["n_components"] or data.n_classes,
+        }
+    )
+    from basis.references import fingerprint
+
+    source = args.features or f"{args.dataset} (data seed {args.data_seed}, {args.data_root})"
+    digest = fingerprint(data.X_train)
+    run.log_dataset(args.dataset, digest, source, data.X_train, data.y_train)
+    return digest
+
+
+def _seed_outputs(args, out: str | None, settings: dict, data, result, run_name: str, run, digest) -> dict:
+    """A trained seed's outputs: its files in ``out`` and, if tracked, its artifacts,
+    logged model and scores; returns what ``run`` prints for it."""
+    n_iter = settings.get("n_iter", 1)
+    scores = {k: v for k, v in result.metrics.items() if k != "train_seconds"}
+    output = {**scores, "train_seconds": result.metrics["train_seconds"], "device": str(result.estimator.device_)}
+    if out:
+        folder = Path(out)
+        folder.mkdir(parents=True, exist_ok=True)
+        with timed("outputs"):
+            result.estimator.save(folder / "model.pt")
+            with atomic_path(folder / "embedding.npz") as partial:
+                np.savez(partial, test=result.test_embedding, reference=result.reference_embedding, labels=data.y_test)
+            # Scores only: the same seed gives the same file (timings go to MLflow and stdout).
+            write_json(folder / "metrics.json", scores)
+    if run:
+        final_step = n_iter - 1  # the model takes the curves' values of the last step
+        if out:
+            for name in ("metrics.json", "embedding.npz", "model.pt"):
+                run.log_artifact(Path(out) / name)
+        checkpoint = Path(out) / "model.pt" if out else None
+        if checkpoint is None:  # the model is logged from a checkpoint file
+            checkpoint = Path(tempfile.mkdtemp()) / "model.pt"
+            result.estimator.save(checkpoint)
+        inputs = (
+            f"{data.X_test.shape[1]}-d Siamese features of {args.dataset} images (python -m basis features);"
+            " embed images end to end with the run's siamese.pt: python -m basis embed --siamese"
+            if args.features
+            else f"raw {args.dataset} points ({data.X_test.shape[1]} features)"
+        )
+        description = f"{args.method} embedding into R^{result.test_embedding.shape[1]}; input: {inputs}"
+        run.set_description(description)
+        if args.siamese:
+            run.log_artifact(args.siamese)
+        model_id = run.log_embedding_model(checkpoint, data.X_test[:5], description, name=run_name, step=final_step)
+        # The scores after the model, so that they are its metrics too, measured on the data
+        # set it links; at step 0, where MLflow charts them as bars that compare runs.
+        final = {k: v for k, v in output.items() if k != "device"}
+        run.log_metrics(final, model_id=model_id, dataset=(args.dataset, digest))
+    return output

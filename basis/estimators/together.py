@@ -1,0 +1,142 @@
+"""Seeds trained together: one method's seeds as one batched network in one process.
+
+Each seed keeps its own estimator, data draws and set-up, so every batch and its target
+are those of the seed's solo run (BASiS's target, Algorithm 1's first half, does not
+depend on the network). What is batched is the gradient step: the seeds' parameters are
+stacked along a leading seed axis, one vectorised forward and backward
+(:func:`torch.func.vmap`) computes every seed's loss and gradients at once, and one Adam
+update moves them all. A GPU runs each layer of K seeds as one launch instead of K.
+
+The batched matrix products are not the solo ones bit for bit (a CPU's ``bmm`` and
+``addmm`` sum in different orders), so a seed's numbers equal its solo run to float
+rounding, not bit for bit; the CLI trains seeds together on CUDA only and keeps the CPU
+on the solo path, whose bytes the tests pin.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch.func import functional_call, vmap
+
+from basis.errors import InputError
+from basis.estimators.base import SpectralEstimator
+from basis.estimators.training import PreparedBatch, StepTimer
+from basis.runtime.optim import adam_for
+
+
+def trains_together(method: type[SpectralEstimator]) -> bool:
+    """Whether ``method`` can train its seeds together: its loss is a function of the
+    network and the batch alone (:meth:`SpectralEstimator._loss_with`)."""
+    return method._loss_with is not SpectralEstimator._loss_with
+
+
+def fit_together(estimators: Sequence[SpectralEstimator], inputs: Sequence[tuple[Any, Any]]) -> list[SpectralEstimator]:
+    """Fit ``estimators`` (one method, one set of parameters but the seed) on their
+    ``inputs`` (``(X, y)`` each) in lockstep, one batched gradient step for all per
+    iteration. Each estimator ends fitted as by its own ``fit``: loss curve, callbacks,
+    post-processing."""
+    _check_together(estimators, inputs)
+    for estimator, (X, y) in zip(estimators, inputs):
+        estimator.start(X, y)
+    stacked = _stack_parameters(estimators)
+    device = estimators[0].device_
+    optimizer = adam_for(list(stacked.values()), estimators[0].lr, device)
+    template = estimators[0].model_
+    loss_with = estimators[0]._loss_with
+
+    def loss_of_one(params: dict[str, torch.Tensor], *tensors: torch.Tensor) -> torch.Tensor:
+        return loss_with(lambda x: functional_call(template, params, (x,)), *tensors)
+
+    batched_loss = vmap(loss_of_one)
+    unread: list[tuple[int, torch.Tensor, list[tuple[dict[str, float], PreparedBatch]]]] = []
+    for step in range(estimators[0].n_iter):
+        start = time.perf_counter()
+        batches = [estimator.prepare_batch() for estimator in estimators]
+        parts = [estimator._loss_tensors(estimator._await(batch)) for estimator, batch in zip(estimators, batches)]
+        tensors = [torch.stack(column) for column in zip(*(part[0] for part in parts))]
+        gradient_timer = StepTimer(device)
+        with gradient_timer("gradient"):
+            for estimator in estimators:
+                estimator.model_.train()
+            losses = batched_loss(stacked, *tensors)
+            grads = torch.autograd.grad(losses.sum(), list(stacked.values()))
+            for param, grad in zip(stacked.values(), grads):
+                param.grad = grad
+            optimizer.step()
+        for estimator in estimators:
+            estimator.n_steps_ += 1
+            estimator._after_step()
+        ms_step = (time.perf_counter() - start) * 1e3
+        infos = []
+        for (_, info), batch in zip(parts, batches):
+            # The step's gradient part and its wall time are those of all seeds together.
+            batch.timer.include(gradient_timer)
+            infos.append(({**info, "ms_step": ms_step, "seeds_together": float(len(estimators))}, batch))
+        unread.append((step, losses.detach(), infos))
+        if len(unread) >= SpectralEstimator.LOSS_BLOCK or step + 1 == estimators[0].n_iter:
+            _deliver(estimators, unread)
+            unread = []
+    _unstack_parameters(estimators)
+    return [estimator.finish() for estimator in estimators]
+
+
+def _check_together(estimators: Sequence[SpectralEstimator], inputs: Sequence[tuple[Any, Any]]) -> None:
+    if not estimators:
+        raise InputError("no estimators to train together")
+    if len(inputs) != len(estimators):
+        raise InputError(f"{len(estimators)} estimators but {len(inputs)} training sets")
+    first = estimators[0]
+    if not trains_together(type(first)):
+        raise InputError(f"{type(first).__name__} cannot train its seeds together (only BASiS can)")
+    shared = {k: v for k, v in first.get_params(deep=False).items() if k not in ("seed", "callback")}
+    for other in estimators[1:]:
+        if type(other) is not type(first):
+            names = f"{type(first).__name__} and {type(other).__name__}"
+            raise InputError(f"seeds trained together are of one method: {names}")
+        params = other.get_params(deep=False)
+        mismatched = sorted(k for k, v in params.items() if k in shared and _differs(v, shared[k]))
+        if mismatched:
+            raise InputError(f"seeds trained together differ only in their seed, not in {', '.join(mismatched)}")
+    if first.n_iter < 1:
+        raise InputError(f"n_iter must be >= 1, got {first.n_iter}")
+
+
+def _differs(a: Any, b: Any) -> bool:
+    if isinstance(a, (np.ndarray, list, tuple)) or isinstance(b, (np.ndarray, list, tuple)):
+        return not np.array_equal(np.asarray(a, dtype=object), np.asarray(b, dtype=object))
+    return a != b
+
+
+def _stack_parameters(estimators: Sequence[SpectralEstimator]) -> dict[str, torch.Tensor]:
+    """The seeds' parameters stacked along a leading seed axis; each seed's network then
+    holds views of its slice, so that it sees every update (its weight averaging, ...)."""
+    names = [name for name, _ in estimators[0].model_.named_parameters()]
+    stacked = {}
+    for name in names:
+        values = [dict(estimator.model_.named_parameters())[name] for estimator in estimators]
+        stacked[name] = torch.stack([value.detach() for value in values]).requires_grad_(True)
+        for k, value in enumerate(values):
+            value.data = stacked[name].data[k]
+    return stacked
+
+
+def _unstack_parameters(estimators: Sequence[SpectralEstimator]) -> None:
+    """Each seed's network back to parameters of its own (a saved model holds its seed's
+    weights only, not every seed's storage)."""
+    for estimator in estimators:
+        for value in estimator.model_.parameters():
+            value.data = value.data.clone()
+
+
+def _deliver(estimators: Sequence[SpectralEstimator], unread: list) -> None:
+    """A block of steps' losses, read from the device at once, handed to each seed's
+    estimator as its own steps (its loss curve, its divergence check, its callback)."""
+    values = torch.stack([losses for _, losses, _ in unread]).tolist()
+    for k, estimator in enumerate(estimators):
+        steps = [(step, None, infos[k][0], infos[k][1]) for step, _, infos in unread]
+        estimator._deliver(steps, [row[k] for row in values])
