@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -25,7 +26,7 @@ from torch.func import functional_call, vmap
 
 from basis.errors import InputError
 from basis.estimators.base import SpectralEstimator
-from basis.estimators.training import PreparedBatch, StepTimer
+from basis.estimators.training import PreparedBatch, StepTimer, run_now, split_cores
 from basis.runtime.optim import adam_for
 
 
@@ -53,36 +54,55 @@ def fit_together(estimators: Sequence[SpectralEstimator], inputs: Sequence[tuple
         return loss_with(lambda x: functional_call(template, params, (x,)), *tensors)
 
     batched_loss = vmap(loss_of_one)
+    n_iter = estimators[0].n_iter
     unread: list[tuple[int, torch.Tensor, list[tuple[dict[str, float], PreparedBatch]]]] = []
-    for step in range(estimators[0].n_iter):
-        start = time.perf_counter()
-        batches = [estimator.prepare_batch() for estimator in estimators]
-        parts = [estimator._loss_tensors(estimator._await(batch)) for estimator, batch in zip(estimators, batches)]
-        tensors = [torch.stack(column) for column in zip(*(part[0] for part in parts))]
-        gradient_timer = StepTimer(device)
-        with gradient_timer("gradient"):
+    # As in a solo fit, the next step's batches are prepared while this step's gradient
+    # step runs (a worker thread on the CPU, each seed's own stream on CUDA), on the same
+    # split of the thread budget.
+    with split_cores(device) as pipelined, ThreadPoolExecutor(max_workers=1) as worker:
+        prepare = worker.submit if pipelined else run_now
+        pending = prepare(_prepare_all, estimators, _marks(estimators))
+        for step in range(n_iter):
+            start = time.perf_counter()
+            batches = pending.result()
+            if step + 1 < n_iter:
+                pending = prepare(_prepare_all, estimators, _marks(estimators))
+            parts = [estimator._loss_tensors(estimator._await(batch)) for estimator, batch in zip(estimators, batches)]
+            tensors = [torch.stack(column) for column in zip(*(part[0] for part in parts))]
+            gradient_timer = StepTimer(device)
+            with gradient_timer("gradient"):
+                for estimator in estimators:
+                    estimator.model_.train()
+                losses = batched_loss(stacked, *tensors)
+                grads = torch.autograd.grad(losses.sum(), list(stacked.values()))
+                for param, grad in zip(stacked.values(), grads):
+                    param.grad = grad
+                optimizer.step()
             for estimator in estimators:
-                estimator.model_.train()
-            losses = batched_loss(stacked, *tensors)
-            grads = torch.autograd.grad(losses.sum(), list(stacked.values()))
-            for param, grad in zip(stacked.values(), grads):
-                param.grad = grad
-            optimizer.step()
-        for estimator in estimators:
-            estimator.n_steps_ += 1
-            estimator._after_step()
-        ms_step = (time.perf_counter() - start) * 1e3
-        infos = []
-        for (_, info), batch in zip(parts, batches):
-            # The step's gradient part and its wall time are those of all seeds together.
-            batch.timer.include(gradient_timer)
-            infos.append(({**info, "ms_step": ms_step, "seeds_together": float(len(estimators))}, batch))
-        unread.append((step, losses.detach(), infos))
-        if len(unread) >= SpectralEstimator.LOSS_BLOCK or step + 1 == estimators[0].n_iter:
-            _deliver(estimators, unread)
-            unread = []
+                estimator.n_steps_ += 1
+                estimator._after_step()
+            ms_step = (time.perf_counter() - start) * 1e3
+            infos = []
+            for (_, info), batch in zip(parts, batches):
+                # The step's gradient part and its wall time are those of all seeds together.
+                batch.timer.include(gradient_timer)
+                infos.append(({**info, "ms_step": ms_step, "seeds_together": float(len(estimators))}, batch))
+            unread.append((step, losses.detach(), infos))
+            if len(unread) >= SpectralEstimator.LOSS_BLOCK or step + 1 == n_iter:
+                _deliver(estimators, unread)
+                unread = []
     _unstack_parameters(estimators)
     return [estimator.finish() for estimator in estimators]
+
+
+def _marks(estimators: Sequence[SpectralEstimator]) -> list[Any]:
+    """On CUDA, an event per seed after which its next batch may be prepared (everything
+    queued so far); None on the CPU."""
+    return [estimator._mark() if estimator._prepare_stream is not None else None for estimator in estimators]
+
+
+def _prepare_all(estimators: Sequence[SpectralEstimator], marks: list[Any]) -> list[PreparedBatch]:
+    return [estimator.prepare_batch(None, None, mark) for estimator, mark in zip(estimators, marks)]
 
 
 def _check_together(estimators: Sequence[SpectralEstimator], inputs: Sequence[tuple[Any, Any]]) -> None:

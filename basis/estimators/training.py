@@ -24,7 +24,7 @@ FeaturesOf = Callable[[torch.Tensor], torch.Tensor]
 
 
 @contextmanager
-def _split_cores(device: torch.device):
+def split_cores(device: torch.device):
     """Split this process's thread budget (torch's thread count, which ``--threads`` sets)
     between the gradient step (torch) and the worker's eigensolves (BLAS) on the CPU, so
     the two pipeline stages together use no more threads than the budget. Yields whether
@@ -58,7 +58,7 @@ def _tensors(content: Any) -> list[torch.Tensor]:
     return []
 
 
-def _run_now(function: Callable, *args: Any) -> Future:
+def run_now(function: Callable, *args: Any) -> Future:
     """``function(*args)`` run at once, as a finished future (the worker's stand-in)."""
     future: Future = Future()
     future.set_result(function(*args))
@@ -136,8 +136,8 @@ class TrainingLoop:
         unread: list[tuple[int, torch.Tensor, dict[str, float], PreparedBatch]] = []
         riding: list[tuple[int, torch.Tensor, dict[str, float], PreparedBatch]] = []
         first = len(self.loss_curve_)
-        with _split_cores(self.device_) as pipelined, ThreadPoolExecutor(max_workers=1) as worker:
-            prepare = worker.submit if pipelined else _run_now
+        with split_cores(self.device_) as pipelined, ThreadPoolExecutor(max_workers=1) as worker:
+            prepare = worker.submit if pipelined else run_now
             pending = prepare(self.prepare_batch)
             for step in range(n_steps):
                 start = time.perf_counter()
