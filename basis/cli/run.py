@@ -120,7 +120,8 @@ def _trains_together(args, seeds: list[int], device: str) -> bool:
 
     able = trains_together(METHODS[args.method])
     if args.seeds_together == "on" and not able:
-        raise InputError(f"--seeds-together on: {args.method} cannot train its seeds together (only basis can)")
+        those = ", ".join(name for name, method in METHODS.items() if trains_together(method))
+        raise InputError(f"--seeds-together on: {args.method} cannot train its seeds together (only {those} can)")
     if args.seeds_together == "auto":
         return able and len(seeds) > 1 and device.startswith("cuda")
     return args.seeds_together == "on"

@@ -48,12 +48,9 @@ class SpectralNet(SpectralEstimator):
             )
 
     def _orthonormal_weights(self, X_orth: torch.Tensor) -> torch.Tensor:
-        """W_orth = sqrt(m) R^-1 from the QR of the net's output on ``X_orth`` (diag R > 0),
-        in float64 and differentiable; the stored copy for inference is detached."""
-        q, r = torch.linalg.qr(self.model_(X_orth).double())
-        signs = torch.sign(torch.diagonal(r)).detach()
-        signs[signs == 0] = 1
-        w_orth = np.sqrt(X_orth.shape[0]) * torch.linalg.inv(r * signs[:, None])
+        """W_orth of the net's output on ``X_orth`` (:func:`orthonormal_weights`); the
+        stored copy for inference is detached."""
+        w_orth = orthonormal_weights(self.model_(X_orth).double())
         with torch.no_grad():
             self.model_.output_map.copy_(w_orth)
         return w_orth
@@ -78,15 +75,33 @@ class SpectralNet(SpectralEstimator):
             # As in the PyTorch package, the gradient also flows through W_orth (the QR of
             # the orthonormalisation batch); with W_orth held fixed the net can lower the
             # loss by shrinking its output, which the next W_orth undoes, and it collapses.
-            Y = self.model_(X_batch).double() @ self._orthonormal_weights(X_orth)
-            W = W.double()
-            if self.operator == "normalized":
-                Y = Y / W.sum(dim=1, keepdim=True).sqrt()
-            loss = spectralnet_loss(Y, W)
+            loss = self._ratio_cut(self.model_(X_batch).double() @ self._orthonormal_weights(X_orth), W)
         return loss, {}
+
+    def _loss_tensors(self, batch) -> tuple[tuple[torch.Tensor, ...], dict[str, float]]:
+        return batch, {}
+
+    def _loss_with(self, forward, X_orth: torch.Tensor, X_batch: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
+        # Trained together, the stored W_orth is left to _finish, which sets it anyway.
+        return self._ratio_cut(forward(X_batch).double() @ orthonormal_weights(forward(X_orth).double()), W)
+
+    def _ratio_cut(self, Y: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
+        W = W.double()
+        if self.operator == "normalized":
+            Y = Y / W.sum(dim=1, keepdim=True).sqrt()
+        return spectralnet_loss(Y, W)
 
     def _finish(self, features_of: FeaturesOf, n_train: int) -> None:
         self.orthonormalize(features_of(self._sample(n_train, self.batch_size)))
+
+
+def orthonormal_weights(Y_orth: torch.Tensor) -> torch.Tensor:
+    """W_orth = sqrt(m) R^-1 from the QR of the net's output ``Y_orth`` (m x K, float64),
+    signs fixed so that diag R > 0; differentiable."""
+    _, r = torch.linalg.qr(Y_orth)
+    signs = torch.sign(torch.diagonal(r)).detach()
+    signs = torch.where(signs == 0, torch.ones_like(signs), signs)
+    return np.sqrt(Y_orth.shape[0]) * torch.linalg.inv(r * signs[:, None])
 
 
 def spectralnet_loss(Y: torch.Tensor, W: torch.Tensor) -> torch.Tensor:

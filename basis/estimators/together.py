@@ -1,8 +1,12 @@
 """Seeds trained together: one method's seeds as one batched network in one process.
 
 Each seed keeps its own estimator, data draws and set-up, so every batch and its target
-are those of the seed's solo run (BASiS's target, Algorithm 1's first half, does not
-depend on the network). What is batched is the gradient step: the seeds' parameters are
+are those of the seed's solo run (BASiS's target, Algorithm 1's first half, and
+SpectralNet's batch graphs do not depend on the network). A method trains its seeds
+together when it states its loss as a function of the network
+(:meth:`~basis.estimators.base.SpectralEstimator._loss_with`): BASiS and SpectralNet;
+SpecNet2's batches differ in size from seed to seed, and Diffusion Net's loss reads the
+network's weights. What is batched is the gradient step: the seeds' parameters are
 stacked along a leading seed axis, one vectorised forward and backward
 (:func:`torch.func.vmap`) computes every seed's loss and gradients at once, and one Adam
 update moves them all. A GPU runs each layer of K seeds as one launch instead of K.
@@ -112,7 +116,7 @@ def _check_together(estimators: Sequence[SpectralEstimator], inputs: Sequence[tu
         raise InputError(f"{len(estimators)} estimators but {len(inputs)} training sets")
     first = estimators[0]
     if not trains_together(type(first)):
-        raise InputError(f"{type(first).__name__} cannot train its seeds together (only BASiS can)")
+        raise InputError(f"{type(first).__name__} cannot train its seeds together (BASiS and SpectralNet can)")
     shared = {k: v for k, v in first.get_params(deep=False).items() if k not in ("seed", "callback")}
     for other in estimators[1:]:
         if type(other) is not type(first):

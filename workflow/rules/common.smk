@@ -250,8 +250,8 @@ PARENTS = {"sensitivity": "{dataset}: kNN sweep", "ablation": "{dataset}: ablati
 
 
 # A run rule's job trains one seed ({seed} in its paths), or with seeds_in_one_job every
-# seed of its stage in one process (`basis run --seeds`: in turn, or BASiS's together on
-# CUDA), each seed still writing its own folder and MLflow run.
+# seed of its stage in one process (`basis run --seeds`: in turn, or BASiS's and SpecNet1's
+# together on CUDA), each seed still writing its own folder and MLflow run.
 SEEDS_IN_ONE_JOB = config.get("seeds_in_one_job", False)
 
 
