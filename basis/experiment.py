@@ -98,17 +98,8 @@ class PlannedRun:
     authors: bool
 
 
-def plan_run(
-    method: str,
-    data: Dataset,
-    *,
-    seed: int = 0,
-    device: str = "auto",
-    settings: dict[str, Any] | None = None,
-    callback=None,
-    reference: str | Path | np.ndarray | None = None,
-) -> PlannedRun:
-    """What :func:`run_method` trains and scores, set up but not trained."""
+def plan_run(method: str, data: Dataset, seed: int, device: str, settings, callback, reference) -> PlannedRun:
+    """What :func:`run_method` trains and scores (its arguments), set up but not trained."""
     settings = settings or resolve_settings(method)
     n_components = settings["n_components"] or data.n_classes
     # A stored reference is checked before training, not after.
@@ -141,9 +132,7 @@ def run_method(
     """Fit ``method`` on ``data``'s training split and evaluate on its test split,
     against a stored ``reference`` (a file from :func:`save_reference`, or its embedding
     as loaded by :func:`load_reference`) or one computed here."""
-    planned = plan_run(
-        method, data, seed=seed, device=device, settings=settings, callback=callback, reference=reference
-    )
+    planned = plan_run(method, data, seed, device, settings, callback, reference)
     start = time.perf_counter()
     with timed("train"):
         planned.estimator.fit(planned.data.X_train, planned.data.y_train)
@@ -168,18 +157,7 @@ def run_seeds_together(
     from basis.estimators.together import fit_together
 
     callbacks = callbacks or {}
-    planned = [
-        plan_run(
-            method,
-            data,
-            seed=seed,
-            device=device,
-            settings=settings,
-            callback=callbacks.get(seed),
-            reference=reference,
-        )
-        for seed in seeds
-    ]
+    planned = [plan_run(method, data, seed, device, settings, callbacks.get(seed), reference) for seed in seeds]
     start = time.perf_counter()
     with timed("train"):
         fit_together([run.estimator for run in planned], [(run.data.X_train, run.data.y_train) for run in planned])
