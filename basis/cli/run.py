@@ -115,12 +115,11 @@ def _trains_together(args, seeds: list[int], device: str) -> bool:
     """``--seeds-together``: ``auto`` trains several seeds together on CUDA where the
     method can (the CPU keeps each seed's solo path, bit for bit); ``on`` wherever the
     method can, and refuses one that cannot; ``off`` never."""
-    from basis.estimators import METHODS
-    from basis.estimators.together import trains_together
+    from basis.estimators.together import methods_trained_together
 
-    able = trains_together(METHODS[args.method])
+    able = args.method in methods_trained_together()
     if args.seeds_together == "on" and not able:
-        those = ", ".join(name for name, method in METHODS.items() if trains_together(method))
+        those = ", ".join(methods_trained_together())
         raise InputError(f"--seeds-together on: {args.method} cannot train its seeds together (only {those} can)")
     if args.seeds_together == "auto":
         return able and len(seeds) > 1 and device.startswith("cuda")

@@ -29,7 +29,7 @@ import torch
 from torch.func import functional_call, vmap
 
 from basis.errors import InputError
-from basis.estimators.base import SpectralEstimator
+from basis.estimators.base import METHODS, SpectralEstimator
 from basis.estimators.training import PreparedBatch, StepTimer, run_now, split_cores
 from basis.runtime.optim import adam_for
 
@@ -38,6 +38,11 @@ def trains_together(method: type[SpectralEstimator]) -> bool:
     """Whether ``method`` can train its seeds together: its loss is a function of the
     network and the batch alone (:meth:`SpectralEstimator._loss_with`)."""
     return method._loss_with is not SpectralEstimator._loss_with
+
+
+def methods_trained_together() -> list[str]:
+    """The names of the methods that can train their seeds together."""
+    return [name for name, method in METHODS.items() if trains_together(method)]
 
 
 def fit_together(estimators: Sequence[SpectralEstimator], inputs: Sequence[tuple[Any, Any]]) -> list[SpectralEstimator]:
@@ -116,7 +121,8 @@ def _check_together(estimators: Sequence[SpectralEstimator], inputs: Sequence[tu
         raise InputError(f"{len(estimators)} estimators but {len(inputs)} training sets")
     first = estimators[0]
     if not trains_together(type(first)):
-        raise InputError(f"{type(first).__name__} cannot train its seeds together (BASiS and SpectralNet can)")
+        those = ", ".join(methods_trained_together())
+        raise InputError(f"{type(first).__name__} cannot train its seeds together (only {those} can)")
     shared = {k: v for k, v in first.get_params(deep=False).items() if k not in ("seed", "callback")}
     for other in estimators[1:]:
         if type(other) is not type(first):
@@ -126,8 +132,6 @@ def _check_together(estimators: Sequence[SpectralEstimator], inputs: Sequence[tu
         mismatched = sorted(k for k, v in params.items() if k in shared and _differs(v, shared[k]))
         if mismatched:
             raise InputError(f"seeds trained together differ only in their seed, not in {', '.join(mismatched)}")
-    if first.n_iter < 1:
-        raise InputError(f"n_iter must be >= 1, got {first.n_iter}")
 
 
 def _differs(a: Any, b: Any) -> bool:
@@ -139,10 +143,10 @@ def _differs(a: Any, b: Any) -> bool:
 def _stack_parameters(estimators: Sequence[SpectralEstimator]) -> dict[str, torch.Tensor]:
     """The seeds' parameters stacked along a leading seed axis; each seed's network then
     holds views of its slice, so that it sees every update (its weight averaging, ...)."""
-    names = [name for name, _ in estimators[0].model_.named_parameters()]
+    per_seed = [dict(estimator.model_.named_parameters()) for estimator in estimators]
     stacked = {}
-    for name in names:
-        values = [dict(estimator.model_.named_parameters())[name] for estimator in estimators]
+    for name in per_seed[0]:
+        values = [parameters[name] for parameters in per_seed]
         stacked[name] = torch.stack([value.detach() for value in values]).requires_grad_(True)
         for k, value in enumerate(values):
             value.data = stacked[name].data[k]
