@@ -77,11 +77,14 @@ def authors_split(data: Dataset, per_class: int, seed: int) -> tuple[Dataset, np
     return split, order
 
 
-def check_method(method: str, data: Dataset, settings: dict[str, Any]) -> None:
+def check_method(method: str, data: Dataset, settings: dict[str, Any]) -> SpectralEstimator:
     """What ``method``'s ``settings`` must satisfy on ``data`` (batch size against the
     training set, anchors against the classes, ...): an InputError before any training,
-    so that a tracked job refuses before its MLflow run opens."""
-    build_estimator(method, data, settings).check_input(data.X_train, data.y_train)
+    so that a tracked job refuses before its MLflow run opens. Returns the checked,
+    unfitted estimator."""
+    estimator = build_estimator(method, data, settings)
+    estimator.check_input(data.X_train, data.y_train)
+    return estimator
 
 
 @dataclass

@@ -4,10 +4,10 @@
 # (2) Table 1's runs of one data set at the paper's protocol on an MNIST-sized stand-in for
 # its Siamese features (60,000 + 10,000 16-d points, benchmarks/standin_features.py): the
 # test split's reference once, then each method's seeds in one process (the workflow's
-# seeds_in_one_job; BASiS's seeds trained together on CUDA), timed end to end; the paper's
-# 160 runs are 4 such sets. (3) BASiS's seeds together against the same seeds in turn (the
-# baseline) and one seed alone, and each seed's scores of the two compared. Writes
-# $OUT/summary.txt. Usage: OUT=folder [DEVICE=cuda] [N_ITER=1000] [SEEDS="0 ... 9"]
+# seeds_in_one_job; on CUDA each method's seeds trained together), timed end to end; the
+# paper's 160 runs are 4 such sets. (3) BASiS's seeds together against the same seeds in
+# turn (the baseline) and one seed alone, and each seed's scores of the two compared.
+# Writes $OUT/summary.txt. Usage: OUT=folder [DEVICE=cuda] [N_ITER=1000] [SEEDS="0 ... 9"]
 # [N_TRAIN=60000 N_TEST=10000] [METHODS="basis diffusion_net specnet1 specnet2"] [TOGETHER=auto]
 # bash benchmarks/gpu_paper_scale.sh
 set -uo pipefail
@@ -18,7 +18,7 @@ SEEDS=${SEEDS:-0 1 2 3 4 5 6 7 8 9}
 N_TRAIN=${N_TRAIN:-60000}
 N_TEST=${N_TEST:-10000}
 METHODS=${METHODS:-basis diffusion_net specnet1 specnet2}
-TOGETHER=${TOGETHER:-auto}  # --seeds-together of the Table 1 runs (auto: BASiS's on CUDA; on: also on the CPU)
+TOGETHER=${TOGETHER:-auto}  # --seeds-together of the Table 1 runs (auto: on CUDA; on: also on the CPU)
 py=${PYTHON:-python3}
 mkdir -p "$OUT"
 read -r -a seeds <<< "$SEEDS"
@@ -51,10 +51,10 @@ PY
     }
     for method in $METHODS; do
         start=$SECONDS
-        run "$method" "$method" "$([ "$method" = basis ] && echo "$TOGETHER" || echo auto)" "${seeds[@]}"
+        run "$method" "$method" "$TOGETHER" "${seeds[@]}"
         took=$((SECONDS - start))
         total=$((total + took))
-        echo "$method: ${#seeds[@]} seeds x $N_ITER iterations in one process (seeds together where auto): $took s"
+        echo "$method: ${#seeds[@]} seeds x $N_ITER iterations in one process (--seeds-together $TOGETHER): $took s"
     done
     echo "one data set's Table 1 runs (${#seeds[@]} seeds x $(wc -w <<< "$METHODS") methods): $total s;"
     echo "the paper's 4 data sets: $((4 * total)) s measured as 4 x one set (floor 900 s, goal 300 s)"

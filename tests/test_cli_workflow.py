@@ -286,6 +286,26 @@ def test_a_config_setting_out_of_range_is_refused_by_a_dry_run(workdir, section,
     assert not (workdir / "results").exists()
 
 
+@pytest.mark.parametrize(
+    "edits, message",
+    [
+        ({"seeds_together": True}, "config: seeds_together: true needs seeds_in_one_job: true"),
+        ({"seeds_together": "maybe"}, "seeds_together: 'maybe' is not one of ['auto', True, False]"),
+        (
+            {"seeds_together": True, "seeds_in_one_job": True, "methods": {"specnet2": {"gradient": "neighbor"}}},
+            "config: seeds_together: true, but specnet2 with gradient: neighbor cannot train its seeds together",
+        ),
+    ],
+)
+def test_seeds_together_is_refused_where_it_cannot_apply(workdir, edits, message):
+    def together(config):
+        config.update(edits)  # the tiny config trains one seed per job
+
+    done = run_snakemake(workdir, "-n", "--configfile", _write_config(workdir, together))
+    assert_refused(done, message)
+    assert not (workdir / "results").exists()
+
+
 def test_a_fixed_kernel_scale_needs_sigma(workdir):
     def fixed(config):
         config["protocol"]["graph"]["scale"] = "fixed"

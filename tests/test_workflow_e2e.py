@@ -378,7 +378,8 @@ def test_seeds_in_one_job_write_the_same_files_and_supersede_each_seeds_run(work
     _, before = runs(workflow, "runs")
     # BASiS's job only (mtime triggers: the other methods' changed commands do not rerun them)
     only_basis = ["--rerun-triggers", "mtime", "--forcerun", "results/runs/digits/basis/seed0/metrics.json"]
-    done = snakemake(workflow, "--config", "seeds_in_one_job=True", *only_basis)
+    # (seeds_together=False: the CPU's default made explicit, passed on to the job's command)
+    done = snakemake(workflow, "--config", "seeds_in_one_job=True", "seeds_together=False", *only_basis)
     assert done.returncode == 0, done.stderr[-3000:]
     assert {path: path.read_bytes() for path in targets} == before_bytes  # byte for byte
     _, after = runs(workflow, "runs")
@@ -390,7 +391,8 @@ def test_seeds_in_one_job_write_the_same_files_and_supersede_each_seeds_run(work
     assert {r.info.run_id for r in new} <= superseding
     # one job, one log, with both seeds' progress and the job's phases
     log = (workflow / "results/logs/runs/digits/basis/seeds.log").read_text()
-    assert "--seeds 0 1" in log.splitlines()[0] and log.count("step 20/20") == 2 and "# timings " in log
+    assert "--seeds 0 1 --seeds-together off" in log.splitlines()[0]
+    assert log.count("step 20/20") == 2 and "# timings " in log
 
 
 def _free_port():

@@ -60,7 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         choices=["auto", "on", "off"],
         help="train the --seeds as one batched network (each seed's numbers its solo run's to float rounding);"
-        " auto: on CUDA, for a method that can (basis, specnet1); the CPU keeps each seed's solo path, bit for bit",
+        " auto: on CUDA, where the method can (all but specnet2 with gradient=neighbor); the CPU keeps each"
+        " seed's solo path, bit for bit",
     )
     run.add_argument("--reference", help="stored analytic embedding of the test split (from 'basis reference')")
     run.add_argument("--siamese", help="the Siamese network behind --features, logged with the model (with --track)")

@@ -70,13 +70,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     mark_startup()
     device = str(resolve_device(args.device))  # resolved once: logged as used
-    together = _trains_together(args, seeds, device)
     # Loaded once for every seed: the data, its features and the reference.
     with timed("load"):
         data = load_inputs(args.dataset, args.features, seed=args.data_seed, root=args.data_root)
         n_components = settings["n_components"] or data.n_classes
         stored = None if args.reference is None else load_reference(args.reference, settings, n_components, data.X_test)
-        check_method(args.method, data, settings)  # what depends on the data, before a run opens
+        checked = check_method(args.method, data, settings)  # what depends on the data, before a run opens
+    together = _trains_together(args, seeds, device, checked)
     outputs = _run_seeds(args, seeds, folders, settings, device, data, stored, together)
     print_result(outputs[seeds[0]] if args.seeds is None else {"seeds": outputs}, args.json)
     return 0
@@ -111,18 +111,15 @@ def _run_seeds(
         }
 
 
-def _trains_together(args, seeds: list[int], device: str) -> bool:
-    """``--seeds-together``: ``auto`` trains several seeds together on CUDA where the
-    method can (the CPU keeps each seed's solo path, bit for bit); ``on`` wherever the
-    method can, and refuses one that cannot; ``off`` never."""
-    from basis.estimators.together import methods_trained_together
-
-    able = args.method in methods_trained_together()
-    if args.seeds_together == "on" and not able:
-        those = ", ".join(methods_trained_together())
-        raise InputError(f"--seeds-together on: {args.method} cannot train its seeds together (only {those} can)")
+def _trains_together(args, seeds: list[int], device: str, estimator) -> bool:
+    """``--seeds-together``: ``auto`` trains several seeds together on CUDA where
+    ``estimator`` (the method with its settings) can (the CPU keeps each seed's solo path,
+    bit for bit); ``on`` wherever it can, and refuses where it cannot; ``off`` never."""
+    reason = estimator._why_not_together()
+    if args.seeds_together == "on" and reason is not None:
+        raise InputError(f"--seeds-together on: {args.method} cannot train its seeds together: {reason}")
     if args.seeds_together == "auto":
-        return able and len(seeds) > 1 and device.startswith("cuda")
+        return reason is None and len(seeds) > 1 and device.startswith("cuda")
     return args.seeds_together == "on"
 
 

@@ -285,11 +285,21 @@ class SpectralEstimator(TrainingLoop, TransformerMixin, BaseEstimator):
         """The method's loss as a function of :meth:`_loss_tensors`' tensors alone."""
         raise NotImplementedError
 
-    def _loss_with(self, forward: Callable[[torch.Tensor], torch.Tensor], *tensors: torch.Tensor) -> torch.Tensor:
-        """The method's loss with the network ``forward`` on :meth:`_loss_tensors`' tensors;
-        a method that supplies it can train its seeds together
-        (:func:`basis.estimators.together.fit_together`)."""
+    def _loss_with(
+        self, network: Callable[[torch.Tensor], torch.Tensor], *tensors: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The method's loss with ``network`` on :meth:`_loss_tensors`' tensors, and the terms
+        it logs per step (0-d tensors, read with the losses). ``network`` is called on a batch
+        and has :meth:`~basis.models.SpectralMLP.weight_matrices`. A method that supplies
+        it can train its seeds together (:func:`basis.estimators.together.fit_together`)."""
         raise NotImplementedError
+
+    def _why_not_together(self) -> str | None:
+        """Why this estimator's seeds cannot train together, or None where they can: a
+        method that states its loss with :meth:`_loss_with` can."""
+        if type(self)._loss_with is SpectralEstimator._loss_with:
+            return "its loss is not stated as a function of the network (_loss_with)"
+        return None
 
     # -- inference and persistence -----------------------------------------------------
     def _check_fitted(self) -> None:

@@ -473,10 +473,10 @@ class BASiS(BatchTargets, SpectralEstimator):
         return (X_batch, phi), info
 
     def _loss_of(self, X_batch: torch.Tensor, phi: torch.Tensor) -> torch.Tensor:
-        return self._loss_with(self.model_, X_batch, phi)
+        return self._loss_with(self.model_, X_batch, phi)[0]
 
-    def _loss_with(self, forward, X_batch: torch.Tensor, phi: torch.Tensor) -> torch.Tensor:
-        return basis_loss(forward(X_batch), phi)
+    def _loss_with(self, network, X_batch: torch.Tensor, phi: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        return basis_loss(network(X_batch), phi), {}
 
 
 def basis_loss(Y: torch.Tensor, phi: torch.Tensor) -> torch.Tensor:

@@ -71,13 +71,22 @@ class DiffusionNet(SpectralEstimator):
 
     def _batch_loss(self, X_sample: torch.Tensor, timer: StepTimer) -> tuple[torch.Tensor, dict[str, float]]:
         with timer("gradient"):
-            Z = self.model_(X_sample)
-            n = Z.shape[0]
-            data_term = ((Z - self.target_) ** 2).sum() / (2 * n)
-            weights = self.model_.weight_matrices()[:-1]
-            decay = self.mu / 2 * sum((w**2).sum() for w in weights)
-            # (P - gamma_j I) z_j for every output column j at once.
-            residual = self.operator_matrix_ @ Z - Z * self.eigenvalues_[None, :]
-            eigen_term = self.eta / (2 * n) * (residual**2).sum()
-            loss = data_term + decay + eigen_term
-        return loss, {"data_term": float(data_term.detach()), "eigen_term": float(eigen_term.detach())}
+            loss, terms = self._loss_with(self.model_, *self._loss_tensors(X_sample)[0])
+        return loss, {name: float(value) for name, value in terms.items()}
+
+    def _loss_tensors(self, X_sample: torch.Tensor) -> tuple[tuple[torch.Tensor, ...], dict[str, float]]:
+        return (X_sample, self.target_, self.eigenvalues_, self.operator_matrix_), {}
+
+    def _loss_with(
+        self, network, X_sample: torch.Tensor, target: torch.Tensor, eigenvalues: torch.Tensor, operator: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``diffusion_net_encoder_loss`` of ``network`` on the sample, with its data and
+        eigen terms."""
+        Z = network(X_sample)
+        n = Z.shape[0]
+        data_term = ((Z - target) ** 2).sum() / (2 * n)
+        decay = self.mu / 2 * sum((w**2).sum() for w in network.weight_matrices()[:-1])
+        # (P - gamma_j I) z_j for every output column j at once.
+        residual = operator @ Z - Z * eigenvalues[None, :]
+        eigen_term = self.eta / (2 * n) * (residual**2).sum()
+        return data_term + decay + eigen_term, {"data_term": data_term.detach(), "eigen_term": eigen_term.detach()}

@@ -109,12 +109,26 @@ class SpecNet2(SpectralEstimator):
 
     def _batch_loss(self, batch: dict, timer: StepTimer) -> tuple[torch.Tensor, dict[str, float]]:
         with timer("gradient"):
-            if self.gradient == "local":
-                return specnet2_loss(self.model_(batch["X_batch"]), batch["W"], batch["degrees"]), {}
-            Y_union = self.model_(batch["X_union"])
-            Y_batch = Y_union[batch["batch_position"]]
-            loss = specnet2_loss(Y_batch, batch["W_rows"], batch["degrees"], Y_neighbours=Y_union)
+            loss, _ = self._loss_with(self.model_, *self._loss_tensors(batch)[0])
         return loss, {}
+
+    def _loss_tensors(self, batch: dict) -> tuple[tuple[torch.Tensor, ...], dict[str, float]]:
+        if self.gradient == "local":
+            return (batch["X_batch"], batch["W"], batch["degrees"]), {}
+        return (batch["X_union"], batch["batch_position"], batch["W_rows"], batch["degrees"]), {}
+
+    def _loss_with(self, network, *tensors: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        if self.gradient == "local":
+            X_batch, W, degrees = tensors
+            return specnet2_loss(network(X_batch), W, degrees), {}
+        X_union, batch_position, W_rows, degrees = tensors
+        Y_union = network(X_union)
+        return specnet2_loss(Y_union[batch_position], W_rows, degrees, Y_neighbours=Y_union), {}
+
+    def _why_not_together(self) -> str | None:
+        if self.gradient == "neighbor":
+            return "with gradient='neighbor' its batches (a batch and its neighbours) differ in size from seed to seed"
+        return super()._why_not_together()
 
     def postprocess(self, X_set: Any) -> SpecNet2:
         """Solve ``specnet2_ev_mat_calc`` on ``X_set`` and store O for :meth:`transform`."""

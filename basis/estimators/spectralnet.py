@@ -81,9 +81,11 @@ class SpectralNet(SpectralEstimator):
     def _loss_tensors(self, batch) -> tuple[tuple[torch.Tensor, ...], dict[str, float]]:
         return batch, {}
 
-    def _loss_with(self, forward, X_orth: torch.Tensor, X_batch: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
+    def _loss_with(
+        self, network, X_orth: torch.Tensor, X_batch: torch.Tensor, W: torch.Tensor
+    ) -> tuple[torch.Tensor, dict]:
         # Trained together, the stored W_orth is left to _finish, which sets it anyway.
-        return self._ratio_cut(forward(X_batch).double() @ orthonormal_weights(forward(X_orth).double()), W)
+        return self._ratio_cut(network(X_batch).double() @ orthonormal_weights(network(X_orth).double()), W), {}
 
     def _ratio_cut(self, Y: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
         W = W.double()

@@ -1,15 +1,15 @@
 """Seeds trained together: one method's seeds as one batched network in one process.
 
 Each seed keeps its own estimator, data draws and set-up, so every batch and its target
-are those of the seed's solo run (BASiS's target, Algorithm 1's first half, and
-SpectralNet's batch graphs do not depend on the network). A method trains its seeds
-together when it states its loss as a function of the network
-(:meth:`~basis.estimators.base.SpectralEstimator._loss_with`): BASiS and SpectralNet;
-SpecNet2's batches differ in size from seed to seed, and Diffusion Net's loss reads the
-network's weights. What is batched is the gradient step: the seeds' parameters are
-stacked along a leading seed axis, one vectorised forward and backward
-(:func:`torch.func.vmap`) computes every seed's loss and gradients at once, and one Adam
-update moves them all. A GPU runs each layer of K seeds as one launch instead of K.
+are those of the seed's solo run (BASiS's target, Algorithm 1's first half, SpectralNet's
+and SpecNet2's batch graphs and Diffusion Net's sample do not depend on the network). A
+method trains its seeds together when it states its loss as a function of the network
+(:meth:`~basis.estimators.base.SpectralEstimator._loss_with`): all four do, SpecNet2 with
+its local gradient only (with its neighbour gradient a batch's size differs from seed to
+seed). What is batched is the gradient step: the seeds' parameters are stacked along a
+leading seed axis, one vectorised forward and backward (:func:`torch.func.vmap`) computes
+every seed's loss and gradients at once, and one Adam update moves them all. A GPU runs
+each layer of K seeds as one launch instead of K.
 
 The batched matrix products are not the solo ones bit for bit (a CPU's ``bmm`` and
 ``addmm`` sum in different orders), so a seed's numbers equal its solo run to float
@@ -29,20 +29,9 @@ import torch
 from torch.func import functional_call, vmap
 
 from basis.errors import InputError
-from basis.estimators.base import METHODS, SpectralEstimator
+from basis.estimators.base import SpectralEstimator
 from basis.estimators.training import PreparedBatch, StepTimer, run_now, split_cores
 from basis.runtime.optim import adam_for
-
-
-def trains_together(method: type[SpectralEstimator]) -> bool:
-    """Whether ``method`` can train its seeds together: its loss is a function of the
-    network and the batch alone (:meth:`SpectralEstimator._loss_with`)."""
-    return method._loss_with is not SpectralEstimator._loss_with
-
-
-def methods_trained_together() -> list[str]:
-    """The names of the methods that can train their seeds together."""
-    return [name for name, method in METHODS.items() if trains_together(method)]
 
 
 def fit_together(estimators: Sequence[SpectralEstimator], inputs: Sequence[tuple[Any, Any]]) -> list[SpectralEstimator]:
@@ -59,12 +48,12 @@ def fit_together(estimators: Sequence[SpectralEstimator], inputs: Sequence[tuple
     template = estimators[0].model_
     loss_with = estimators[0]._loss_with
 
-    def loss_of_one(params: dict[str, torch.Tensor], *tensors: torch.Tensor) -> torch.Tensor:
-        return loss_with(lambda x: functional_call(template, params, (x,)), *tensors)
+    def loss_of_one(params: dict[str, torch.Tensor], *tensors: torch.Tensor):
+        return loss_with(_Network(template, params), *tensors)
 
     batched_loss = vmap(loss_of_one)
     n_iter = estimators[0].n_iter
-    unread: list[tuple[int, torch.Tensor, list[tuple[dict[str, float], PreparedBatch]]]] = []
+    unread: list[tuple[int, torch.Tensor, dict[str, torch.Tensor], list[tuple[dict[str, float], PreparedBatch]]]] = []
     # As in a solo fit, the next step's batches are prepared while this step's gradient
     # step runs (a worker thread on the CPU, each seed's own stream on CUDA), on the same
     # split of the thread budget.
@@ -82,7 +71,7 @@ def fit_together(estimators: Sequence[SpectralEstimator], inputs: Sequence[tuple
             with gradient_timer("gradient"):
                 for estimator in estimators:
                     estimator.model_.train()
-                losses = batched_loss(stacked, *tensors)
+                losses, terms = batched_loss(stacked, *tensors)
                 grads = torch.autograd.grad(losses.sum(), list(stacked.values()))
                 for param, grad in zip(stacked.values(), grads):
                     param.grad = grad
@@ -96,12 +85,24 @@ def fit_together(estimators: Sequence[SpectralEstimator], inputs: Sequence[tuple
                 # The step's gradient part and its wall time are those of all seeds together.
                 batch.timer.include(gradient_timer)
                 infos.append(({**info, "ms_step": ms_step, "seeds_together": float(len(estimators))}, batch))
-            unread.append((step, losses.detach(), infos))
+            unread.append((step, losses.detach(), terms, infos))
             if len(unread) >= SpectralEstimator.LOSS_BLOCK or step + 1 == n_iter:
                 _deliver(estimators, unread)
                 unread = []
     _unstack_parameters(estimators)
     return [estimator.finish() for estimator in estimators]
+
+
+def nudged_fit(estimator: SpectralEstimator, X: Any, y: Any = None) -> SpectralEstimator:
+    """``estimator`` fitted alone with its initial weights moved by one unit in the last
+    place: how much its training amplifies a difference of rounding size, the yardstick
+    for a seed trained together against its solo run."""
+    estimator.start(X, y)
+    with torch.no_grad():
+        for weight in estimator.model_.parameters():
+            weight.copy_(torch.nextafter(weight, torch.full_like(weight, float("inf"))))
+    estimator.fit_steps(estimator.n_iter)
+    return estimator.finish()
 
 
 def _marks(estimators: Sequence[SpectralEstimator]) -> list[Any]:
@@ -120,9 +121,9 @@ def _check_together(estimators: Sequence[SpectralEstimator], inputs: Sequence[tu
     if len(inputs) != len(estimators):
         raise InputError(f"{len(estimators)} estimators but {len(inputs)} training sets")
     first = estimators[0]
-    if not trains_together(type(first)):
-        those = ", ".join(methods_trained_together())
-        raise InputError(f"{type(first).__name__} cannot train its seeds together (only {those} can)")
+    reason = first._why_not_together()
+    if reason is not None:
+        raise InputError(f"{type(first).__name__} cannot train its seeds together: {reason}")
     shared = {k: v for k, v in first.get_params(deep=False).items() if k not in ("seed", "callback")}
     for other in estimators[1:]:
         if type(other) is not type(first):
@@ -161,10 +162,30 @@ def _unstack_parameters(estimators: Sequence[SpectralEstimator]) -> None:
             value.data = value.data.clone()
 
 
+class _Network:
+    """The network of one seed inside the batched loss: the template module called with
+    that seed's slice of the stacked parameters."""
+
+    def __init__(self, template: torch.nn.Module, params: dict[str, torch.Tensor]):
+        self.template, self.params = template, params
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return functional_call(self.template, self.params, (x,))
+
+    def weight_matrices(self) -> list[torch.Tensor]:
+        names = {id(value): name for name, value in self.template.named_parameters()}
+        return [self.params[names[id(weight)]] for weight in self.template.weight_matrices()]
+
+
 def _deliver(estimators: Sequence[SpectralEstimator], unread: list) -> None:
-    """A block of steps' losses, read from the device at once, handed to each seed's
-    estimator as its own steps (its loss curve, its divergence check, its callback)."""
-    values = torch.stack([losses for _, losses, _ in unread]).tolist()
+    """A block of steps' losses and logged terms, read from the device at once, handed to
+    each seed's estimator as its own steps (its loss curve, its divergence check, its
+    callback)."""
+    names = list(unread[0][2])
+    values = torch.stack([torch.stack([losses, *terms.values()]) for _, losses, terms, _ in unread]).tolist()
     for k, estimator in enumerate(estimators):
-        steps = [(step, None, infos[k][0], infos[k][1]) for step, _, infos in unread]
-        estimator._deliver(steps, [row[k] for row in values])
+        steps = []
+        for (step, _, _, infos), row in zip(unread, values):
+            info, batch = infos[k]
+            steps.append((step, None, {**info, **{name: row[1 + j][k] for j, name in enumerate(names)}}, batch))
+        estimator._deliver(steps, [row[0][k] for row in values])

@@ -250,8 +250,8 @@ PARENTS = {"sensitivity": "{dataset}: kNN sweep", "ablation": "{dataset}: ablati
 
 
 # A run rule's job trains one seed ({seed} in its paths), or with seeds_in_one_job every
-# seed of its stage in one process (`basis run --seeds`: in turn, or BASiS's and SpecNet1's
-# together on CUDA), each seed still writing its own folder and MLflow run.
+# seed of its stage in one process (`basis run --seeds`: in turn, or together as one
+# batched network, see seeds_together), each seed still writing its own folder and MLflow run.
 SEEDS_IN_ONE_JOB = config.get("seeds_in_one_job", False)
 
 
@@ -275,6 +275,15 @@ def seed_arguments(wildcards, output, n_seeds):
     return ["--seed", wildcards.seed, "--out", str(folder)]
 
 
+def together_arguments():
+    """--seeds-together of a job of several seeds (config seeds_together); none with the
+    default, auto, which leaves it to the command (together on CUDA where the method can)."""
+    choice = config["seeds_together"]
+    if not SEEDS_IN_ONE_JOB or choice == "auto":
+        return []
+    return ["--seeds-together", "on" if choice else "off"]
+
+
 def run_command(method, wildcards, input, output, experiment, settings, n_seeds):
     """`python -m basis run` for one method and data set, and one seed or all ``n_seeds``
     (:data:`SEEDS_IN_ONE_JOB`); against a stored reference when the job has one as input
@@ -288,6 +297,7 @@ def run_command(method, wildcards, input, output, experiment, settings, n_seeds)
         "--dataset",
         wildcards.dataset,
         *seed_arguments(wildcards, output, n_seeds),
+        *together_arguments(),
         "--data-root",
         config["data_root"],
         "--data-seed",
@@ -321,6 +331,17 @@ def check_config():
             resolve_settings(method, assignments=settings_for(method))
         except ValueError as err:
             refuse(f"config: methods.{method} or protocol: {err}")
+    if config["seeds_together"] is True:
+        if not SEEDS_IN_ONE_JOB:
+            refuse(
+                "config: seeds_together: true needs seeds_in_one_job: true (a job of one seed trains nothing together)"
+            )
+        # SpecNet2's neighbour gradient makes batches of a size that differs from seed to seed.
+        if (
+            "specnet2" in config["methods"]
+            and resolve_settings("specnet2", assignments=settings_for("specnet2")).get("gradient") == "neighbor"
+        ):
+            refuse("config: seeds_together: true, but specnet2 with gradient: neighbor cannot train its seeds together")
     too_large = [k for k in STUDIES_CONFIG["knn"]["n_neighbors"] if k >= protocol["batch_size"]]
     if too_large:
         refuse(f"config: experiments.knn.n_neighbors {too_large} must be smaller than protocol.batch_size")
