@@ -391,7 +391,8 @@ def test_seeds_in_one_job_write_the_same_files_and_supersede_each_seeds_run(work
     assert {r.info.run_id for r in new} <= superseding
     # one job, one log, with both seeds' progress and the job's phases
     log = (workflow / "results/logs/runs/digits/basis/seeds.log").read_text()
-    assert "--seeds 0 1 --seeds-together off" in log.splitlines()[0]
+    command = log.splitlines()[0]
+    assert "--seeds 0 1 --out" in command and "--seeds-together off" in command
     assert log.count("step 20/20") == 2 and "# timings " in log
 
 
