@@ -99,6 +99,38 @@ def test_a_bad_output_path_is_refused_at_the_door(folder, capsys, monkeypatch, c
     assert (folder / "existing.npy").read_bytes() == b"keep"
 
 
+def test_an_output_claim_leaves_no_lock_file_and_survives_a_release_between_open_and_lock(tmp_path, monkeypatch):
+    monkeypatch.setattr(inputs.tempfile, "gettempdir", lambda: str(tmp_path))
+    out = tmp_path / "run"
+    inputs.claim_output(out)
+    try:
+        with pytest.raises(inputs.InputError, match="is being written by another basis command"):
+            inputs.claim_output(out)
+    finally:
+        inputs.release_outputs()
+    locks = tmp_path / f"basis-outputs-{inputs.os.getuid()}"
+    assert list(locks.iterdir()) == []  # the lock file went with the release
+    # The holder before us releases (removes the file) between our open and our lock: the
+    # claim must lock the file that is there now, not the removed one.
+    real_open, opened = inputs.os.open, []
+
+    def open_then_released(path, *args):
+        descriptor = real_open(path, *args)
+        if not opened:
+            inputs.os.unlink(path)
+        opened.append(descriptor)
+        return descriptor
+
+    monkeypatch.setattr(inputs.os, "open", open_then_released)
+    inputs.claim_output(out)
+    try:
+        assert len(opened) == 2
+        (lock,) = locks.iterdir()
+        assert inputs.os.fstat(inputs._claims[-1][0]).st_ino == lock.stat().st_ino
+    finally:
+        inputs.release_outputs()
+
+
 NUMBERS = [
     ("lr", ["1e400", "nan", "-1e400", "1e30", "0", "-1"]),
     ("hidden", ["[-5]", "[0, 16]"]),

@@ -9,6 +9,7 @@ with status 2. Torch is imported only by :func:`load_checkpoint`.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import pickle
@@ -113,37 +114,51 @@ def check_output(
         claim_output(target, name)
 
 
-_claims: list[int] = []
+_claims: list[tuple[int, Path]] = []
 
 
 def claim_output(path: Path, name: str = "--out") -> None:
     """Hold, until :func:`release_outputs` or the process's end, a lock on ``path`` (by its
     absolute path, in a private folder of the temporary directory, so nothing is left
     beside the results): a second basis command writing the same output at once is refused
-    instead of both writing it."""
+    instead of both writing it. The lock file goes with the release."""
     import fcntl
 
     folder = Path(tempfile.gettempdir()) / f"basis-outputs-{os.getuid()}"
-    key = hashlib.sha256(os.fsencode(path.absolute())).hexdigest()[:24]
-    try:
-        folder.mkdir(mode=0o700, exist_ok=True)
-        descriptor = os.open(folder / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-    except OSError:
-        return  # no private place for locks: the output is written unguarded, as before
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+    lock = folder / f"{hashlib.sha256(os.fsencode(path.absolute())).hexdigest()[:24]}.lock"
+    while True:
+        try:
+            folder.mkdir(mode=0o700, exist_ok=True)
+            descriptor = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError:
+            return  # no private place for locks: the output is written unguarded, as before
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(descriptor)
+            raise InputError(
+                f"{name} {path} is being written by another basis command now; wait for it or choose another"
+            ) from None
+        # The holder before us may have removed the file between our open and our lock:
+        # then the lock is on a file nobody else can find, and the claim starts again.
+        try:
+            current = os.stat(lock).st_ino
+        except FileNotFoundError:
+            current = None
+        if current == os.fstat(descriptor).st_ino:
+            _claims.append((descriptor, lock))
+            return
         os.close(descriptor)
-        raise InputError(
-            f"{name} {path} is being written by another basis command now; wait for it or choose another"
-        ) from None
-    _claims.append(descriptor)
 
 
 def release_outputs() -> None:
-    """Release every output :func:`claim_output` holds (a command's end)."""
+    """Release every output :func:`claim_output` holds (a command's end), removing its lock
+    file while still holding it (a claim that opened it meanwhile sees it gone and retries)."""
     while _claims:
-        os.close(_claims.pop())
+        descriptor, lock = _claims.pop()
+        with contextlib.suppress(OSError):
+            os.unlink(lock)
+        os.close(descriptor)
 
 
 def load_points(path: str | Path, *, name: str = "--input", images: bool = False) -> np.ndarray:
