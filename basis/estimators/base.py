@@ -265,8 +265,9 @@ class SpectralEstimator(TrainingLoop, TransformerMixin, BaseEstimator):
         need the network."""
         raise NotImplementedError
 
-    def _batch_loss(self, batch: Any, timer: StepTimer) -> tuple[torch.Tensor, dict[str, float]]:
-        """The method's loss on one batch from :meth:`_next_batch`."""
+    def _batch_loss(self, batch: Any, timer: StepTimer) -> tuple[torch.Tensor, dict[str, float | torch.Tensor]]:
+        """The method's loss on one batch from :meth:`_next_batch`, and its info: numbers, or
+        0-d tensors that the training loop reads from the device with the losses."""
         raise NotImplementedError
 
     def _finish(self, features_of: FeaturesOf, n_train: int) -> None:

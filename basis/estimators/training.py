@@ -65,6 +65,18 @@ def run_now(function: Callable, *args: Any) -> Future:
     return future
 
 
+def _readings(steps: list) -> torch.Tensor:
+    """Steps' losses, each followed by the measures its info left on the device (0-d
+    tensors, e.g. a loss's terms), as one float64 vector: one read for all of them.
+    (float32 values are exact in float64, so they read as they would alone.)"""
+    return torch.cat(
+        [
+            torch.stack([loss.double(), *(v.detach().double() for v in info.values() if isinstance(v, torch.Tensor))])
+            for _, loss, info, _ in steps
+        ]
+    )
+
+
 class StepTimer:
     """Time per named part of a training step, in milliseconds: host wall time on the CPU;
     on CUDA, the device time between two CUDA events around the part, which costs the host
@@ -149,14 +161,14 @@ class TrainingLoop:
                     riders = None
                     if len(unread) >= self.LOSS_BLOCK:
                         riding, unread = unread, []
-                        riders = torch.stack([loss for _, loss, _, _ in riding])
+                        riders = _readings(riding)
                     after = self._mark() if self._prepare_stream is not None else None
                     pending = prepare(self.prepare_batch, None, riders, after)
                 loss, info = self._train_step(batch)
                 info["ms_step"] = (time.perf_counter() - start) * 1e3
                 unread.append((first + step, loss, info, batch))
         if unread:
-            self._deliver(unread, torch.stack([loss for _, loss, _, _ in unread]).tolist())
+            self._deliver(unread, _readings(unread).tolist())
 
     def _check_loss(self, step: int, value: float) -> None:
         """Stop at once, with the step and the likely cause, where the loss stops being a
@@ -170,9 +182,14 @@ class TrainingLoop:
     #: Steps whose losses are read from the device together, by :meth:`fit_steps`.
     LOSS_BLOCK = 50
 
-    def _deliver(self, steps: list, losses: list[float]) -> None:
-        """Record a block of steps' losses, read from the device, and call back for each."""
-        for value, (step, _, info, batch) in zip(losses, steps):
+    def _deliver(self, steps: list, values: list[float]) -> None:
+        """Record a block of steps' losses, read from the device, and call back for each.
+        ``values`` holds each step's loss followed by the values of the measures its info
+        left on the device (see :func:`_readings`), step after step."""
+        values_in_order = iter(values)
+        for step, _, info, batch in steps:
+            value = next(values_in_order)
+            info = {k: next(values_in_order) if isinstance(v, torch.Tensor) else v for k, v in info.items()}
             self._check_loss(step, value)
             self.loss_curve_.append(value)
             if self.callback is not None:
@@ -240,10 +257,12 @@ class TrainingLoop:
         start = time.perf_counter()
         batch = batch if batch is not None else self.prepare_batch()
         loss, info = self._train_step(batch)
-        self._check_loss(len(self.loss_curve_), float(loss))
-        self.loss_curve_.append(float(loss))
+        value, *measures = _readings([(None, loss, info, batch)]).tolist()
+        info = {k: measures.pop(0) if isinstance(v, torch.Tensor) else v for k, v in info.items()}
+        self._check_loss(len(self.loss_curve_), value)
+        self.loss_curve_.append(value)
         ms_step = (time.perf_counter() - start) * 1e3
-        return {"loss": self.loss_curve_[-1], **info, **batch.timer.read(), "ms_step": ms_step}
+        return {"loss": value, **info, **batch.timer.read(), "ms_step": ms_step}
 
     def _train_step(self, batch: PreparedBatch) -> tuple[torch.Tensor, dict[str, float]]:
         """The gradient step; the loss is left on the device (see :meth:`step` and :meth:`fit`)."""
