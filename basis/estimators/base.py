@@ -267,8 +267,12 @@ class SpectralEstimator(TrainingLoop, TransformerMixin, BaseEstimator):
 
     def _batch_loss(self, batch: Any, timer: StepTimer) -> tuple[torch.Tensor, dict[str, float | torch.Tensor]]:
         """The method's loss on one batch from :meth:`_next_batch`, and its info: numbers, or
-        0-d tensors that the training loop reads from the device with the losses."""
-        raise NotImplementedError
+        0-d tensors that the training loop reads from the device with the losses. By
+        default :meth:`_loss_with` of the model on :meth:`_loss_tensors`' tensors."""
+        tensors, info = self._loss_tensors(batch)
+        with timer("gradient"):
+            loss, terms = self._loss_with(self.model_, *tensors)
+        return loss, {**info, **terms}
 
     def _finish(self, features_of: FeaturesOf, n_train: int) -> None:
         """Post-processing after the last step."""

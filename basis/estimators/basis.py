@@ -462,12 +462,6 @@ class BASiS(BatchTargets, SpectralEstimator):
             )
         return super().finish()
 
-    def _batch_loss(self, batch, timer: StepTimer) -> tuple[torch.Tensor, dict[str, float]]:
-        X_batch, phi, info = batch
-        with timer("gradient"):
-            loss = self._loss_of(X_batch, phi)
-        return loss, info
-
     def _loss_tensors(self, batch) -> tuple[tuple[torch.Tensor, ...], dict[str, float]]:
         X_batch, phi, info = batch
         return (X_batch, phi), info

@@ -69,12 +69,6 @@ class DiffusionNet(SpectralEstimator):
     def _next_batch(self, features_of: FeaturesOf, n_train: int, timer: StepTimer) -> torch.Tensor:
         return features_of(self.sample_indices_)  # full-batch training on the one sample
 
-    def _batch_loss(self, X_sample: torch.Tensor, timer: StepTimer) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        with timer("gradient"):
-            loss, terms = self._loss_with(self.model_, *self._loss_tensors(X_sample)[0])
-        # the terms stay on the device: the training loop reads them with the losses
-        return loss, {name: value.detach() for name, value in terms.items()}
-
     def _loss_tensors(self, X_sample: torch.Tensor) -> tuple[tuple[torch.Tensor, ...], dict[str, float]]:
         return (X_sample, self.target_, self.eigenvalues_, self.operator_matrix_), {}
 

@@ -107,11 +107,6 @@ class SpecNet2(SpectralEstimator):
                 "degrees": degrees.to(X_union.device),
             }
 
-    def _batch_loss(self, batch: dict, timer: StepTimer) -> tuple[torch.Tensor, dict[str, float]]:
-        with timer("gradient"):
-            loss, _ = self._loss_with(self.model_, *self._loss_tensors(batch)[0])
-        return loss, {}
-
     def _loss_tensors(self, batch: dict) -> tuple[tuple[torch.Tensor, ...], dict[str, float]]:
         if self.gradient == "local":
             return (batch["X_batch"], batch["W"], batch["degrees"]), {}

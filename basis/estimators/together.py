@@ -181,11 +181,8 @@ def _deliver(estimators: Sequence[SpectralEstimator], unread: list) -> None:
     """A block of steps' losses and logged terms, read from the device at once, handed to
     each seed's estimator as its own steps (its loss curve, its divergence check, its
     callback)."""
-    names = list(unread[0][2])
     values = torch.stack([torch.stack([losses, *terms.values()]) for _, losses, terms, _ in unread]).tolist()
     for k, estimator in enumerate(estimators):
-        steps = []
-        for (step, _, _, infos), row in zip(unread, values):
-            info, batch = infos[k]
-            steps.append((step, None, {**info, **{name: row[1 + j][k] for j, name in enumerate(names)}}, batch))
-        estimator._deliver(steps, [row[0][k] for row in values])
+        # The terms' tensors mark where the seed's values go, as in a solo fit's read.
+        steps = [(step, None, {**infos[k][0], **terms}, infos[k][1]) for step, _, terms, infos in unread]
+        estimator._deliver(steps, [value[k] for row in values for value in row])

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -75,6 +75,12 @@ def _readings(steps: list) -> torch.Tensor:
             for _, loss, info, _ in steps
         ]
     )
+
+
+def _read_back(info: dict[str, Any], values: Iterator[float]) -> dict[str, Any]:
+    """``info`` with each measure it left on the device replaced by its value, taken in
+    order from ``values`` (as :func:`_readings` laid them out)."""
+    return {k: next(values) if isinstance(v, torch.Tensor) else v for k, v in info.items()}
 
 
 class StepTimer:
@@ -189,7 +195,7 @@ class TrainingLoop:
         values_in_order = iter(values)
         for step, _, info, batch in steps:
             value = next(values_in_order)
-            info = {k: next(values_in_order) if isinstance(v, torch.Tensor) else v for k, v in info.items()}
+            info = _read_back(info, values_in_order)
             self._check_loss(step, value)
             self.loss_curve_.append(value)
             if self.callback is not None:
@@ -257,14 +263,15 @@ class TrainingLoop:
         start = time.perf_counter()
         batch = batch if batch is not None else self.prepare_batch()
         loss, info = self._train_step(batch)
-        value, *measures = _readings([(None, loss, info, batch)]).tolist()
-        info = {k: measures.pop(0) if isinstance(v, torch.Tensor) else v for k, v in info.items()}
+        values = iter(_readings([(None, loss, info, batch)]).tolist())
+        value = next(values)
+        info = _read_back(info, values)
         self._check_loss(len(self.loss_curve_), value)
         self.loss_curve_.append(value)
         ms_step = (time.perf_counter() - start) * 1e3
         return {"loss": value, **info, **batch.timer.read(), "ms_step": ms_step}
 
-    def _train_step(self, batch: PreparedBatch) -> tuple[torch.Tensor, dict[str, float]]:
+    def _train_step(self, batch: PreparedBatch) -> tuple[torch.Tensor, dict[str, float | torch.Tensor]]:
         """The gradient step; the loss is left on the device (see :meth:`step` and :meth:`fit`)."""
         self._await(batch)
         self.model_.train()
