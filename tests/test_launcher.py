@@ -136,6 +136,104 @@ def test_sigterm_ends_a_command_inside_a_long_call_without_waiting_for_it(tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # the partial output is gone
 
 
+# A tracked run stopped by SIGTERM that gets a second one while it unwinds, as a timed-out
+# SLURM job does (SLURM signals every process of the job and srun forwards the signal to its
+# step again): the second arrives inside the run's clean-up, from its metrics' last flush.
+TWO_SIGNALS = """
+import os, signal, sys
+from basis import tracking
+from basis.errors import Terminated
+from basis.runtime.stopping import stop_on_sigterm
+from basis.tracking.runs import TrackedRun
+
+stop_on_sigterm()
+flush = TrackedRun.flush
+
+def flush_beside_a_second_signal(self):
+    os.kill(os.getpid(), signal.SIGTERM)
+    flush(self)
+
+TrackedRun.flush = flush_beside_a_second_signal
+try:
+    with tracking.tracked_run("exp", "job", {"rule": "features"}, store=sys.argv[1]):
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(10**9):
+            pass
+except Terminated:
+    print("unwound", flush=True)
+"""
+
+
+def test_a_second_sigterm_during_the_unwinding_still_leaves_the_run_killed(tmp_path):
+    from basis import tracking
+
+    store = tmp_path / "mlflow"
+    done = subprocess.run(
+        [sys.executable, "-c", TWO_SIGNALS, str(store)], capture_output=True, text=True, env=ENV, timeout=HANG_GUARD_S
+    )
+    assert done.stdout == "unwound\n", done.stderr[-2000:]  # one exception, not a second from inside its clean-up
+    client = tracking.client(store)
+    [run] = client.search_runs([client.get_experiment_by_name("exp").experiment_id])
+    assert run.info.status == "KILLED", done.stderr[-2000:]
+
+
+# The main thread's unwinding has begun a clean-up that outlasts the watcher's grace: the
+# watcher waits for it rather than running it a second time or ending the process halfway.
+SLOW_CLEAN_UP = """
+import os, signal, time
+from basis.errors import Terminated
+from basis.runtime.stopping import GRACE_S, on_stop, once, stop_on_sigterm
+
+stop_on_sigterm()
+
+def close():
+    print("closing", flush=True)
+    time.sleep(3 * GRACE_S)
+    print("closed", flush=True)
+
+close_once = once(close)
+on_stop(close_once)
+try:
+    os.kill(os.getpid(), signal.SIGTERM)
+    for _ in range(10**9):
+        pass
+except Terminated:
+    close_once()
+    time.sleep(60)  # the watcher ends the process
+"""
+
+# A clean-up that never returns (a store that does not answer): the watcher ends the process.
+HUNG_CLEAN_UP = """
+import os, signal, time
+from basis.errors import Terminated
+from basis.runtime.stopping import on_stop, stop_on_sigterm
+
+stop_on_sigterm()
+on_stop(lambda: time.sleep(3600))
+try:
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(3600)
+except Terminated:
+    time.sleep(3600)  # the main thread stuck in a long call after the signal
+"""
+
+
+def test_the_watcher_waits_for_a_clean_up_under_way_and_runs_it_once():
+    done = subprocess.run(
+        [sys.executable, "-c", SLOW_CLEAN_UP], capture_output=True, text=True, env=ENV, timeout=HANG_GUARD_S
+    )
+    assert done.returncode == 143, done.stderr[-2000:]
+    assert done.stdout == "closing\nclosed\n"
+
+
+def test_a_clean_up_that_hangs_does_not_keep_a_stopped_process_alive():
+    done = subprocess.run(
+        [sys.executable, "-c", HUNG_CLEAN_UP], capture_output=True, text=True, env=ENV, timeout=HANG_GUARD_S
+    )
+    assert done.returncode == 143, done.stderr[-2000:]
+    assert "the clean-up after the stop took over 3 s; ended without it" in done.stderr
+
+
 def test_a_clean_up_is_forgotten_once_its_block_ends():
     from basis.runtime import stopping
 

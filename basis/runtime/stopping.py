@@ -1,12 +1,18 @@
 """How a command stops: SIGTERM (a scheduler's cancel or time limit, Snakemake stopping
 its jobs) and SIGHUP (its terminal closed) are turned into :class:`basis.errors.Terminated` in the main thread, which
 unwinds: the command's MLflow run is closed as KILLED and no partial output is kept.
+Only the first stop signal raises: a job often gets several (SLURM signals every process
+of a timed-out job and ``srun`` forwards the signal to its step again), and a second
+exception raised inside the clean-up of the first would break it off, leaving the run
+RUNNING.
 
 Python runs that handler only between bytecodes, so a command inside one long C call (an
 ``eigh``, a matrix product) would keep computing until the call returns; a watcher thread,
 woken by the signal itself (:func:`signal.set_wakeup_fd`), therefore ends the process
 :data:`GRACE_S` seconds later if it has not ended by then, after the same clean-up
-(:func:`on_stop`). SIGKILL cannot be caught: the run stays RUNNING, as after a power loss,
+(:func:`on_stop`). A clean-up runs at most once: the watcher waits for one that the main
+thread has begun rather than ending the process in the middle of it, up to
+:data:`CLEAN_UP_S` seconds for all of them. SIGKILL cannot be caught: the run stays RUNNING, as after a power loss,
 and the next invocation of the workflow closes it (:func:`basis.tracking.close_stale_runs`).
 
 This module imports only the standard library.
@@ -24,6 +30,9 @@ from basis.errors import Terminated
 
 #: Seconds the main thread has to unwind after SIGTERM before the watcher ends the process.
 GRACE_S = 0.5
+#: Seconds the watcher gives the clean-ups in all (an MLflow store that does not answer must
+#: not keep a stopped process alive); well within SLURM's KillWait (30 s by default).
+CLEAN_UP_S = 3.0
 #: The signals that stop a command as a cancel does.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 #: The exit status of a command stopped by SIGTERM (128 + 15, as a shell reports it).
@@ -32,13 +41,31 @@ STOPPED_STATUS = 128 + signal.SIGTERM
 _clean_ups: dict[int, Callable[[], None]] = {}
 _clean_ups_lock = threading.Lock()
 _stopper_installed = False
+_stopping = threading.Event()
+
+
+def once(action: Callable[[], None]) -> Callable[[], None]:
+    """``action`` made safe to call from the main thread's unwinding and from the watcher
+    alike: it runs until it succeeds once; a second caller waits for a call under way and
+    then does nothing."""
+    lock = threading.Lock()
+    done = False
+
+    def run() -> None:
+        nonlocal done
+        with lock:
+            if not done:
+                action()
+                done = True
+
+    return run
 
 
 def on_stop(clean_up: Callable[[], None]) -> Callable[[], None]:
     """Register ``clean_up`` to run if the watcher has to end the process (SIGTERM while the
     main thread is stuck in a long call); returns the function that unregisters it. Used for
     what the main thread's unwinding would otherwise do: close the MLflow run, remove a
-    partial output."""
+    partial output. Wrap it in :func:`once` when the unwinding calls it too."""
     key = id(clean_up)
     with _clean_ups_lock:
         _clean_ups[key] = clean_up
@@ -58,6 +85,9 @@ def stop_on_sigterm() -> None:
         return
 
     def unwind(signum, frame):
+        if _stopping.is_set():
+            return  # the stop is under way (see the module's docstring); the watcher bounds it
+        _stopping.set()
         raise Terminated(f"signal {signum}")
 
     read_end, write_end = os.pipe()
@@ -82,12 +112,22 @@ def _watch(read_end: int) -> None:
             return
         stop = next((number for number in received if number in STOP_SIGNALS), None)
     threading.Event().wait(GRACE_S)
+    cleaning = threading.Thread(target=_clean_up, name="basis-stop-clean-up", daemon=True)
+    cleaning.start()
+    cleaning.join(CLEAN_UP_S)
+    if cleaning.is_alive():
+        cleaned = f"the clean-up after the stop took over {CLEAN_UP_S:g} s; ended without it"
+    else:
+        cleaned = "its MLflow run is closed as KILLED, partial outputs removed"
     print(
-        f"error: stopped by signal {stop} during a long computation; "
-        "ended without waiting for it (its MLflow run is closed as KILLED, partial outputs removed)",
+        f"error: stopped by signal {stop} during a long computation; ended without waiting for it ({cleaned})",
         file=sys.stderr,
         flush=True,
     )
+    os._exit(STOPPED_STATUS)
+
+
+def _clean_up() -> None:
     with _clean_ups_lock:
         clean_ups = list(_clean_ups.values())
     for clean_up in reversed(clean_ups):
@@ -95,4 +135,3 @@ def _watch(read_end: int) -> None:
             clean_up()
         except Exception as err:  # the process ends either way; say what was not cleaned
             print(f"error: a clean-up after the stop failed: {err}", file=sys.stderr, flush=True)
-    os._exit(STOPPED_STATUS)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from basis.errors import Terminated
-from basis.runtime.stopping import on_stop
+from basis.runtime.stopping import on_stop, once
 from basis.runtime.timing import timed, timed_calls
 from basis.tracking.store import (
     DEFAULT_STORE,
@@ -289,21 +289,30 @@ def tracked_run(
     names the run it is grouped under (:func:`parent_run`). The host's CPU, memory and GPU
     use are logged as system metrics while the run lasts."""
     with timed("tracking"):
-        mlflow_client, run, all_tags, monitor = _open_run(experiment, run_name, tags, store, parent)
+        mlflow_client, run, all_tags = _open_run(experiment, run_name, tags, store, parent)
     tracked = TrackedRun(mlflow_client, run.info.run_id, store)
-    # A stop that cannot wait for the main thread (see basis.cli.launcher) closes the run too.
-    forget = on_stop(lambda: mlflow_client.set_terminated(run.info.run_id, "KILLED"))
+    # Closed as KILLED once, by the main thread's unwinding or by the stop's watcher when the
+    # main thread is stuck in a long call (basis.runtime.stopping), whichever comes first.
+    close_killed = once(lambda: mlflow_client.set_terminated(run.info.run_id, "KILLED"))
+    forget = on_stop(close_killed)
+    monitor = _SystemMonitor()
     try:
+        with timed("tracking"):
+            monitor.start(mlflow_client, run.info.run_id)
         yield tracked
         with timed("tracking"):
             tracked.flush()
-    except BaseException as err:
+    except (KeyboardInterrupt, Terminated):
+        # A job stopped from outside (a scheduler's cancel or time limit, Ctrl-C) closes its
+        # own run as KILLED, on whatever node it runs: the status first, the metrics after.
+        close_killed()
         tracked.flush()
         monitor.finish()
-        # A job stopped from outside (a scheduler's cancel or time limit, Ctrl-C) closes
-        # its own run as KILLED, on whatever node it runs; any other error as FAILED.
-        killed = isinstance(err, (KeyboardInterrupt, Terminated))
-        mlflow_client.set_terminated(run.info.run_id, "KILLED" if killed else "FAILED")
+        raise
+    except BaseException:
+        tracked.flush()
+        monitor.finish()
+        mlflow_client.set_terminated(run.info.run_id, "FAILED")
         raise
     finally:
         forget()
@@ -313,10 +322,26 @@ def tracked_run(
         supersede_older(mlflow_client, run.info.experiment_id, all_tags, run.info.run_id)
 
 
-def _open_run(experiment: str, run_name: str, tags: dict[str, str], store: str | Path, parent: str | None):
-    """:func:`tracked_run`'s start: the client, the run with its tags, its system monitor."""
-    from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+class _SystemMonitor:
+    """MLflow's monitor of the host's CPU, memory and GPU use, logging to one run every
+    second; finishing one that has not started does nothing."""
 
+    def __init__(self) -> None:
+        self._monitor = None
+
+    def start(self, mlflow_client, run_id: str) -> None:
+        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+        self._monitor = SystemMetricsMonitor(run_id, sampling_interval=1, tracking_uri=mlflow_client.tracking_uri)
+        self._monitor.start()
+
+    def finish(self) -> None:
+        if self._monitor is not None:
+            self._monitor.finish()
+
+
+def _open_run(experiment: str, run_name: str, tags: dict[str, str], store: str | Path, parent: str | None):
+    """:func:`tracked_run`'s start: the client, the run, its tags."""
     mlflow_client = client(store)
     experiment_id = ensure_experiments([experiment], store)[experiment]
     commit = git_commit()
@@ -334,9 +359,7 @@ def _open_run(experiment: str, run_name: str, tags: dict[str, str], store: str |
         all_tags["mlflow.parentRunId"] = parent_run(mlflow_client, experiment_id, parent, store)
     close_stale_runs(store, key=_key(all_tags), experiment_ids=[experiment_id])
     run = mlflow_client.create_run(experiment_id, run_name=run_name, tags=all_tags)
-    monitor = SystemMetricsMonitor(run.info.run_id, sampling_interval=1, tracking_uri=mlflow_client.tracking_uri)
-    monitor.start()
-    return mlflow_client, run, all_tags, monitor
+    return mlflow_client, run, all_tags
 
 
 def _key(tags: dict[str, str]) -> dict[str, str]:

@@ -242,7 +242,8 @@ def test_a_job_over_its_time_limit_fails_and_closes_its_run(cluster, folders):
     assert timed_out, _sacct(cluster)
     mlflow_client, after = _runs(remote, "features")
     new = [run for run in after if run.info.run_id not in known]
-    assert len(new) == 1 and new[0].info.status == "KILLED"
+    log = (remote / "results/logs/features/digits.log").read_text()[-3000:]
+    assert len(new) == 1 and new[0].info.status == "KILLED", log
 
 
 def test_the_cluster_is_up_only_while_the_tests_run(cluster):
