@@ -112,6 +112,29 @@ def test_authors_linear_probe_separates_separable_classes(rng):
     assert metrics.authors_linear_probe_accuracy(X, y, X, y, epochs=300, lr=5e-2, seed=1) == 100.0
 
 
+def test_authors_probe_runs_on_one_thread_whatever_the_jobs_pool(rng, monkeypatch):
+    """Its floats then do not depend on --threads (MKL splits the batch's gradient sum over
+    threads from about 16 dimensions), and its tiny steps skip the pool's overhead."""
+    import torch
+
+    seen = []
+    train = metrics._train_authors_probe
+
+    def recording(*args):
+        seen.append(torch.get_num_threads())
+        return train(*args)
+
+    monkeypatch.setattr(metrics, "_train_authors_probe", recording)
+    X, y = rng.normal(size=(300, 16)).astype(np.float32), rng.integers(0, 10, 300)
+    budget = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        metrics.authors_linear_probe_accuracy(X, y, X, y, epochs=2)
+        assert seen == [1] and torch.get_num_threads() == 2  # restored after it
+    finally:
+        torch.set_num_threads(budget)
+
+
 def _blobs_analytic_embedding(rng, n_per_blob=150):
     """The analytic L_N embedding of four well-separated blobs (entries of size 1/sqrt(n))."""
     centres = np.array([[0, 0], [8, 0], [0, 8], [8, 8]], dtype=float)
