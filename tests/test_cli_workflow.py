@@ -147,6 +147,19 @@ EXPECTED_JOBS = {
 }
 
 
+def test_a_bad_value_given_with_config_is_named_as_the_command_lines(workdir):
+    """Snakemake reads `--config key=off` as the string 'off' (YAML's booleans are not its):
+    the line names --config, not the config file, and says how a boolean is written there."""
+    done = run_snakemake(workdir, "-n", "--config", "seeds_together=off")
+    assert_refused(
+        done,
+        "--config seeds_together: 'off' is not one of ['auto', True, False]"
+        " (a boolean is written True or False in --config)",
+    )
+    done = run_snakemake(workdir, "-n", "--config", "seeds=0")
+    assert_refused(done, "--config seeds: 0 is less than the minimum of 1")
+
+
 def test_dry_run_of_the_paper_config_lists_every_job(workdir):
     done = run_snakemake(workdir, "-n", "--quiet", "rules")
     assert done.returncode == 0, done.stderr

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any
 
@@ -118,19 +119,30 @@ def check_ranges(settings: dict[str, Any]) -> None:
         )
 
 
-def check_config_schema(config: dict, schema_path: str | Any, files: list[str]) -> None:
-    """The config against its JSON schema, the first violation as one line: the config
-    files, the key path, what was expected and what was given (an InputError); the full
-    validation (and the schema's defaults) stays with Snakemake's ``validate``."""
+def check_config_schema(
+    config: dict, schema_path: str | Any, files: list[str], command_line: Mapping[str, Any] | None = None
+) -> None:
+    """The config against its JSON schema, the first violation as one line: where the value
+    came from (the config files, or ``--config`` for a key in ``command_line``), the key path,
+    what was expected and what was given (an InputError); the full validation (and the
+    schema's defaults) stays with Snakemake's ``validate``."""
     import jsonschema
     import yaml
 
     with open(schema_path) as handle:
         schema = yaml.safe_load(handle)
     error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(config))
-    if error is not None:
-        where = ".".join(str(part) for part in error.absolute_path) or "(top level)"
-        raise InputError(f"config {', '.join(map(str, files)) or '(--config)'}: {where}: {error.message}")
+    if error is None:
+        return
+    path = list(error.absolute_path)
+    where = ".".join(str(part) for part in path) or "(top level)"
+    if path and path[0] in (command_line or {}):
+        # Snakemake reads --config values as numbers, True/False or strings, not as YAML's on/off/yes/no.
+        hint = ""
+        if isinstance(error.instance, str) and error.instance.lower() in ("on", "off", "yes", "no", "true", "false"):
+            hint = " (a boolean is written True or False in --config)"
+        raise InputError(f"--config {where}: {error.message}{hint}")
+    raise InputError(f"config {', '.join(map(str, files)) or '(--config)'}: {where}: {error.message}")
 
 
 def check_yaml_file(path: str | Any) -> None:

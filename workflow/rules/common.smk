@@ -34,7 +34,12 @@ try:
     for configfile_path in workflow.configfiles:  # a key given twice would silently keep the last
         check_yaml_file(configfile_path)
     # The first violation in one line; Snakemake's validate would print the whole schema with it.
-    check_config_schema(config, Path(workflow.current_basedir) / "../schemas/config.schema.yaml", workflow.configfiles)
+    check_config_schema(
+        config,
+        Path(workflow.current_basedir) / "../schemas/config.schema.yaml",
+        workflow.configfiles,
+        workflow.config_settings.config,
+    )
 except InputError as err:
     refuse(str(err))
 validate(config, schema="../schemas/config.schema.yaml")
