@@ -306,7 +306,7 @@ def test_a_config_setting_out_of_range_is_refused_by_a_dry_run(workdir, section,
         ({"seeds_together": "maybe"}, "seeds_together: 'maybe' is not one of ['auto', True, False]"),
         (
             {"seeds_together": True, "seeds_in_one_job": True, "methods": {"specnet2": {"gradient": "neighbor"}}},
-            "config: seeds_together: true, but specnet2 with gradient: neighbor cannot train its seeds together",
+            "config: seeds_together: true, but specnet2 cannot train its seeds together: with gradient='neighbor'",
         ),
     ],
 )

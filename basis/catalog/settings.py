@@ -145,6 +145,15 @@ def check_config_schema(
     raise InputError(f"config {', '.join(map(str, files)) or '(--config)'}: {where}: {error.message}")
 
 
+def why_seeds_apart(method: str, settings: Mapping[str, Any]) -> str | None:
+    """Why ``method`` with ``settings`` cannot train its seeds together, where its settings
+    decide it, or None (torch-free, so that a dry run checks a config with it; the method's
+    own reasons: :meth:`basis.estimators.base.SpectralEstimator._why_not_together`)."""
+    if method == "specnet2" and settings.get("gradient") == "neighbor":
+        return "with gradient='neighbor' its batches (a batch and its neighbours) differ in size from seed to seed"
+    return None
+
+
 def check_yaml_file(path: str | Any) -> None:
     """Refuse a YAML file in which a mapping states one key twice (YAML loaders keep the
     last silently): an InputError naming the key and both lines."""

@@ -9,6 +9,7 @@ import numpy as np
 import scipy.linalg
 import torch
 
+from basis.catalog.settings import why_seeds_apart
 from basis.errors import InputError
 from basis.estimators.base import SpectralEstimator, check_features, register
 from basis.estimators.training import FeaturesOf, StepTimer
@@ -121,9 +122,7 @@ class SpecNet2(SpectralEstimator):
         return specnet2_loss(Y_union[batch_position], W_rows, degrees, Y_neighbours=Y_union), {}
 
     def _why_not_together(self) -> str | None:
-        if self.gradient == "neighbor":
-            return "with gradient='neighbor' its batches (a batch and its neighbours) differ in size from seed to seed"
-        return super()._why_not_together()
+        return why_seeds_apart("specnet2", {"gradient": self.gradient}) or super()._why_not_together()
 
     def postprocess(self, X_set: Any) -> SpecNet2:
         """Solve ``specnet2_ev_mat_calc`` on ``X_set`` and store O for :meth:`transform`."""

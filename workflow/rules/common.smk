@@ -19,7 +19,7 @@ from basis.catalog import (
     study_runs,
 )
 from basis.errors import InputError
-from basis.catalog.settings import check_config_schema, check_yaml_file, resolve_settings
+from basis.catalog.settings import check_config_schema, check_yaml_file, resolve_settings, why_seeds_apart
 from basis.tracking import STAGE_DESCRIPTIONS, config_hash, store_identity
 
 
@@ -341,12 +341,10 @@ def check_config():
             refuse(
                 "config: seeds_together: true needs seeds_in_one_job: true (a job of one seed trains nothing together)"
             )
-        # SpecNet2's neighbour gradient makes batches of a size that differs from seed to seed.
-        if (
-            "specnet2" in config["methods"]
-            and resolve_settings("specnet2", assignments=settings_for("specnet2")).get("gradient") == "neighbor"
-        ):
-            refuse("config: seeds_together: true, but specnet2 with gradient: neighbor cannot train its seeds together")
+        for method in config["methods"]:
+            reason = why_seeds_apart(method, resolve_settings(method, assignments=settings_for(method)))
+            if reason:
+                refuse(f"config: seeds_together: true, but {method} cannot train its seeds together: {reason}")
     too_large = [k for k in STUDIES_CONFIG["knn"]["n_neighbors"] if k >= protocol["batch_size"]]
     if too_large:
         refuse(f"config: experiments.knn.n_neighbors {too_large} must be smaller than protocol.batch_size")
