@@ -13,6 +13,7 @@ import shlex
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -293,9 +294,24 @@ def test_rerunning_one_job_supersedes_its_old_run(workflow):
     assert (workflow / "results/paper/table1.md").stat().st_mtime > table_time
 
 
+def _job_runs_running(folder):
+    """The ids of the job runs (not the parents that group them) RUNNING in the local store,
+    read with sqlite3 in read-only mode; none while a writer holds the database."""
+    database = (folder / "results" / "mlflow" / "mlflow.db").resolve()
+    query = (
+        "SELECT run_uuid FROM runs WHERE status = 'RUNNING' AND run_uuid NOT IN"
+        " (SELECT run_uuid FROM tags WHERE key IN ('basis.parent', 'basis.summary'))"
+    )
+    try:
+        with sqlite3.connect(f"{database.as_uri()}?mode=ro", uri=True, timeout=1) as connection:
+            return {row[0] for row in connection.execute(query)}
+    except sqlite3.Error:
+        return set()
+
+
 def test_a_killed_jobs_run_is_closed_by_the_next_invocation(workflow):
     client, before = runs(workflow, "runs")
-    known = {r.info.run_id for r in before}
+    known = {r.info.run_id for r in before} | _job_runs_running(workflow)
     job = subprocess.Popen(
         snakemake_command("--configfile", TINY, "--forcerun", "results/runs/digits/basis/seed1/metrics.json"),
         cwd=workflow,
@@ -305,21 +321,24 @@ def test_a_killed_jobs_run_is_closed_by_the_next_invocation(workflow):
         start_new_session=True,
     )
     try:
-        # Wait until the job's run exists, then kill everything. No deadline of its own: on a
-        # busy machine Snakemake and the job's imports take minutes; only a hang is cut off.
+        # Wait until the job's run exists, then kill everything. The job is stopped while the
+        # store is read, so that it cannot finish its run between the look and the kill (its
+        # run lasts about a second). No deadline of its own: on a busy machine Snakemake and
+        # the job's imports take minutes; only a hang is cut off.
         deadline = time.monotonic() + HANG_GUARD_S
         while True:
-            running = [
-                r for r in runs(workflow, "runs")[1] if r.info.run_id not in known and r.info.status == "RUNNING"
-            ]
-            if running:
+            os.killpg(job.pid, signal.SIGSTOP)
+            if _job_runs_running(workflow) - known:
                 break
+            os.killpg(job.pid, signal.SIGCONT)
             if job.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"the rerun ended or hung (exit {job.poll()}) without an MLflow run seen RUNNING")
             time.sleep(0.5)
     finally:
         os.killpg(job.pid, signal.SIGKILL)
         job.wait(timeout=30)
+    running = [r for r in runs(workflow, "runs")[1] if r.info.run_id not in known and r.info.status == "RUNNING"]
+    assert len(running) == 1, [(r.info.run_id, r.info.status) for r in runs(workflow, "runs")[1]]
     orphan = running[0].info.run_id
     assert client.get_run(orphan).info.status == "RUNNING"
     assert snakemake(workflow, "--unlock").returncode == 0  # what a user does after a kill
