@@ -12,8 +12,9 @@ woken by the signal itself (:func:`signal.set_wakeup_fd`), therefore ends the pr
 :data:`GRACE_S` seconds later if it has not ended by then, after the same clean-up
 (:func:`on_stop`). A clean-up runs at most once: the watcher waits for one that the main
 thread has begun rather than ending the process in the middle of it, up to
-:data:`CLEAN_UP_S` seconds for all of them. SIGKILL cannot be caught: the run stays RUNNING, as after a power loss,
-and the next invocation of the workflow closes it (:func:`basis.tracking.close_stale_runs`).
+:data:`CLEAN_UP_S` seconds for all of them. SIGKILL cannot be caught: the run stays
+RUNNING, as after a power loss, and the next invocation of the workflow closes it
+(:func:`basis.tracking.close_stale_runs`).
 
 This module imports only the standard library.
 """

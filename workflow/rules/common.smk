@@ -331,9 +331,10 @@ def check_config():
             f"config: protocol.graph.n_neighbors ({protocol['graph']['n_neighbors']}) must be smaller than"
             f" protocol.batch_size ({protocol['batch_size']})"
         )
+    resolved = {}
     for method in config["methods"]:
         try:
-            resolve_settings(method, assignments=settings_for(method))
+            resolved[method] = resolve_settings(method, assignments=settings_for(method))
         except ValueError as err:
             refuse(f"config: methods.{method} or protocol: {err}")
     if config["seeds_together"] is True:
@@ -341,8 +342,8 @@ def check_config():
             refuse(
                 "config: seeds_together: true needs seeds_in_one_job: true (a job of one seed trains nothing together)"
             )
-        for method in config["methods"]:
-            reason = why_seeds_apart(method, resolve_settings(method, assignments=settings_for(method)))
+        for method, settings in resolved.items():
+            reason = why_seeds_apart(method, settings)
             if reason:
                 refuse(f"config: seeds_together: true, but {method} cannot train its seeds together: {reason}")
     too_large = [k for k in STUDIES_CONFIG["knn"]["n_neighbors"] if k >= protocol["batch_size"]]
