@@ -11,34 +11,27 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/pip install --quiet -e ".[test]"
 	touch $(STAMP)
 
-.PHONY: setup bytecode run quick test test-fast test-cluster lint bench
-setup: $(STAMP) bytecode
+.PHONY: setup run quick test test-fast test-cluster lint bench
+setup: $(STAMP)
 
-# The library's bytecode, compiled once: where PYTHONDONTWRITEBYTECODE is set (container
-# images often set it) Python caches none, and every `python -m basis` process would compile
-# the library again, about 0.4 s of each job's start-up. Python ignores a file whose source
-# has changed since, and this step recompiles only those.
-bytecode: $(STAMP)
-	$(VENV)/bin/python -m compileall -q basis
-
-run: setup
+run: $(STAMP)
 	$(VENV)/bin/snakemake --cores all
 
-quick: setup
+quick: $(STAMP)
 	$(VENV)/bin/snakemake --cores all --configfile config/quick.yaml
 
 # One pytest worker per core (at most 4); a test module's tests share a worker, so that
 # each module's set-up (the end-to-end workflow, ...) runs once.
-test: setup
+test: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -n auto --maxprocesses 4 --dist loadfile
 
 # The cluster path on a live single-node SLURM cluster on localhost (root: it installs and
 # starts munge, MariaDB and SLURM's daemons, and tears them down afterwards).
-test-cluster: setup
+test-cluster: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -m cluster tests/cluster
 
 # The edit-test loop: everything but the end-to-end workflow and the long training runs.
-test-fast: setup
+test-fast: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -m "not slow and not cluster"
 
 lint: $(STAMP)
@@ -46,6 +39,6 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check basis tests workflow/scripts benchmarks
 	$(VENV)/bin/snakefmt --check Snakefile workflow/rules
 
-bench: setup
+bench: $(STAMP)
 	$(VENV)/bin/python -m basis bench step --json
 	$(VENV)/bin/python -m basis bench reference --n 70000 --json

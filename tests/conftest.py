@@ -19,12 +19,10 @@ WORKFLOW_FILES = ("Snakefile", "workflow", "config", "profiles", "tests", "basis
 
 
 def copy_workflow(folder: Path, names: tuple[str, ...] = WORKFLOW_FILES) -> Path:
-    """A copy of the checkout's ``names`` in ``folder`` (made if missing), without Snakemake
-    state, for a test to run Snakemake in. The library's bytecode comes along (``make
-    bytecode``): the copy keeps each source's mtime, which Python checks the bytecode
-    against, so its processes do not compile the library again."""
+    """A copy of the checkout's ``names`` in ``folder`` (made if missing), without caches
+    or Snakemake state, for a test to run Snakemake in."""
     folder.mkdir(parents=True, exist_ok=True)
-    ignore = shutil.ignore_patterns(".state", ".snakemake")
+    ignore = shutil.ignore_patterns(".state", "__pycache__", ".snakemake")
     for name in names:
         source = ROOT / name
         if source.is_dir():

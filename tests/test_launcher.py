@@ -255,30 +255,3 @@ def test_a_command_that_leaves_a_thread_pool_idle_still_exits():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=HANG_GUARD_S)
     assert done.returncode == 3 and done.stdout == "done\n"
-
-
-def test_a_test_folders_jobs_load_the_library_from_bytecode(tmp_path):
-    """Where PYTHONDONTWRITEBYTECODE is set (container images often set it), Python caches no
-    bytecode, and a process that compiles the library pays about 0.4 s of start-up. `make`
-    compiles it (its `bytecode` step, run before the workflow and the tests), and a test
-    folder's copy keeps it, so a job started there compiles none of the library."""
-    from conftest import copy_workflow
-
-    dry = subprocess.run(["make", "-n", "bytecode"], cwd=ROOT, capture_output=True, text=True, check=True)
-    step = next(line for line in dry.stdout.splitlines() if "compileall" in line)
-    subprocess.run([sys.executable, *step.split()[1:]], cwd=ROOT, check=True)  # as make runs it
-    copy_workflow(tmp_path, ("basis",))
-    env = {**ENV, "PYTHONPATH": str(tmp_path), "PYTHONDONTWRITEBYTECODE": "1"}
-    done = subprocess.run(
-        [sys.executable, "-v", "-c", "import basis.cli.run, basis.experiment, basis.tracking.runs"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    loaded = [line for line in done.stderr.splitlines() if line.startswith("# code object from") and "/basis/" in line]
-    assert len(loaded) > 20, done.stderr[-2000:]
-    compiled = [line for line in loaded if line.endswith(".py")]  # from a .pyc the path is quoted
-    assert not compiled, compiled[:5]
-    assert all(str(tmp_path) in line for line in loaded)
