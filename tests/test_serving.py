@@ -1,7 +1,6 @@
 """The logged MLflow model is the model: its prediction equals the estimator's transform."""
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -90,34 +89,6 @@ def test_logging_a_model_leaves_the_tracking_uri_of_the_process_alone(tmp_path):
 
     _logged(tmp_path / "a", "basis")
     assert "MLFLOW_TRACKING_URI" not in os.environ
-
-
-def test_the_models_store_is_scoped_without_resetting_mlflows_tracer_provider(tmp_path):
-    """The fluent API is pointed at a run's store for its model by the variable MLflow reads,
-    not by its global, whose setter resets the tracer provider (importing OpenTelemetry's
-    SDK: 0.25 s of every job); a URI the host set with mlflow.set_tracking_uri still wins
-    over the variable, and both are restored after the block."""
-    probe = (
-        "import json, os, sys, mlflow\n"
-        "from basis.tracking.store import scoped_tracking_uri\n"
-        "def seen(store):\n"
-        "    with scoped_tracking_uri(store):\n"
-        "        inside = mlflow.get_tracking_uri()\n"
-        "    return [inside, mlflow.get_tracking_uri(), os.environ.get('MLFLOW_TRACKING_URI')]\n"
-        "plain = seen(sys.argv[1])\n"
-        "reset = 'mlflow.tracing.processor.base_mlflow' in sys.modules\n"
-        "mlflow.set_tracking_uri(sys.argv[2])\n"
-        "print(json.dumps([plain, reset, seen(sys.argv[1])]))\n"
-    )
-    store, host = f"sqlite:///{tmp_path / 'a.db'}", f"sqlite:///{tmp_path / 'host.db'}"
-    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    done = subprocess.run(
-        [sys.executable, "-c", probe, store, host], capture_output=True, text=True, cwd=tmp_path, env=env, check=True
-    )
-    plain, reset, with_host = json.loads(done.stdout.splitlines()[-1])
-    assert plain[0] == store and plain[1] != store and plain[2] is None
-    assert not reset
-    assert with_host == [store, host, host]
 
 
 def test_logging_a_model_reads_its_pins_without_mapping_every_installed_distribution(tmp_path, monkeypatch):

@@ -86,22 +86,15 @@ def scoped_tracking_uri(uri: str) -> Iterator[None]:
     """MLflow's fluent API (model logging needs it) pointed at ``uri`` for a block only:
     ``mlflow.set_tracking_uri`` also sets MLFLOW_TRACKING_URI, which would send every later
     run of this process to the same store."""
-    # Pinned MLflow's private global: while it is unset the fluent API reads the variable,
-    # so setting that alone is enough, and spares set_tracking_uri's reset of the tracer
-    # provider (it imports OpenTelemetry's SDK, 0.25 s of a job). A URI set by the host
-    # (mlflow.set_tracking_uri) wins over the variable: then MLflow's own scoped setter.
-    from mlflow.tracking._tracking_service import utils
+    # MLflow's own scoped setter (pinned version) restores its global; the variable is
+    # restored here, since MLflow unsets it when its global was unset.
+    from mlflow.tracking._tracking_service.utils import _use_tracking_uri
 
     previous_env = os.environ.get("MLFLOW_TRACKING_URI")
     try:
-        if utils._tracking_uri is None:
-            os.environ["MLFLOW_TRACKING_URI"] = uri
+        with _use_tracking_uri(uri):
             yield
-        else:
-            with utils._use_tracking_uri(uri):
-                yield
     finally:
-        # MLflow's setter unsets the variable when its global was unset; restored either way.
         if previous_env is None:
             os.environ.pop("MLFLOW_TRACKING_URI", None)
         else:
