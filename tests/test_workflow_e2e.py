@@ -13,7 +13,6 @@ import shlex
 import shutil
 import signal
 import socket
-import sqlite3
 import subprocess
 import sys
 import time
@@ -24,6 +23,8 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import HANG_GUARD_S, assert_refused, copy_workflow, run_snakemake, snakemake_command, snakemake_env
+
+from basis.tracking.store import read_local_store
 
 # The tiny workflow end to end: minutes on two cores.
 pytestmark = pytest.mark.slow
@@ -296,17 +297,14 @@ def test_rerunning_one_job_supersedes_its_old_run(workflow):
 
 def _job_runs_running(folder):
     """The ids of the job runs (not the parents that group them) RUNNING in the local store,
-    read with sqlite3 in read-only mode; none while a writer holds the database."""
-    database = (folder / "results" / "mlflow" / "mlflow.db").resolve()
-    query = (
-        "SELECT run_uuid FROM runs WHERE status = 'RUNNING' AND run_uuid NOT IN"
-        " (SELECT run_uuid FROM tags WHERE key IN ('basis.parent', 'basis.summary'))"
+    read without MLflow (:func:`basis.tracking.store.read_local_store`); none while a writer
+    holds the database."""
+    ids = read_local_store(
+        folder / "results" / "mlflow",
+        "SELECT group_concat(run_uuid) FROM runs WHERE status = 'RUNNING' AND run_uuid NOT IN"
+        " (SELECT run_uuid FROM tags WHERE key IN ('basis.parent', 'basis.summary'))",
     )
-    try:
-        with sqlite3.connect(f"{database.as_uri()}?mode=ro", uri=True, timeout=1) as connection:
-            return {row[0] for row in connection.execute(query)}
-    except sqlite3.Error:
-        return set()
+    return set(ids.split(",")) if ids else set()
 
 
 def test_a_killed_jobs_run_is_closed_by_the_next_invocation(workflow):
