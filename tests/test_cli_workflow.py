@@ -437,6 +437,111 @@ def test_bad_seed_lists_are_refused_before_any_work(tmp_path, args, message):
     assert not (ROOT / "results" / "x").exists()
 
 
+# A job of several runs (runs_in_one_job) and the jobs of one run each: the same command
+# but for how its runs are named, and the tags the workflow gives a job of one run.
+RUNS_SHARING_A_PROCESS = {
+    "study": (
+        ["study", "toy", "--set", "n_iter=5", "--set", "n_samples=600", "--set", "grid_size=20"],
+        ["--datasets", "circles", "blobs", "--out", "{out}/{{dataset}}"],
+        {
+            "circles": ["--set", 'dataset="circles"', "--tag", "run=circles", "--tag", "variant=toy-circles"],
+            "blobs": ["--set", 'dataset="blobs"', "--tag", "run=blobs", "--tag", "variant=toy-blobs"],
+        },
+        "{out}/{run}",
+        ("study", "seed", "run", "variant"),
+    ),
+    "ablation": (
+        ["run", "--method", "basis", "--dataset", "two_moons", "--set", "n_iter=10", "--seeds", "0"],
+        [
+            "--variants",
+            "lstsq",
+            "ransac-outliers",
+            "--outlier-fraction",
+            "0.2",
+            "--out",
+            "{out}/{{variant}}/seed{{seed}}",
+        ],
+        {
+            "lstsq": ["--set", 'alignment="lstsq"', "--tag", "alignment=lstsq", "--tag", "variant=alignment-lstsq"],
+            "ransac-outliers": [
+                *["--set", 'alignment="ransac"', "--set", "anchor_outliers=0.2"],
+                *["--tag", "alignment=ransac-outliers", "--tag", "variant=alignment-ransac-outliers"],
+            ],
+        },
+        "{out}/{run}/seed{{seed}}",
+        ("dataset", "method", "seed", "alignment", "variant"),
+    ),
+}
+
+
+@pytest.mark.parametrize("family", sorted(RUNS_SHARING_A_PROCESS))
+def test_runs_in_one_process_give_the_files_and_mlflow_runs_of_one_process_per_run(tmp_path, family):
+    """What runs_in_one_job's jobs run: each run's files byte for byte, and its MLflow run
+    named and tagged as a job of that one run is."""
+    common, shared, alone, out, keys = RUNS_SHARING_A_PROCESS[family]
+    stores = {way: tmp_path / f"store-{way}" for way in ("shared", "alone")}
+    tracked = {way: ["--track", family, "--store", str(store), "--json"] for way, store in stores.items()}
+    shared_out = str(tmp_path / "shared")
+    done = _basis(*common, *tracked["shared"], *[a.format(out=shared_out) for a in shared])
+    assert done.returncode == 0, done.stderr
+    for run, arguments in alone.items():
+        folder = out.format(out=tmp_path / "alone", run=run)
+        done = _basis(*common, *tracked["alone"], *arguments, "--out", folder)
+        assert done.returncode == 0, done.stderr
+    for run in alone:
+        folders = [Path(out.format(out=tmp_path / way, run=run).format(seed=0)) for way in ("shared", "alone")]
+        files = [{p.relative_to(f): p.read_bytes() for p in f.rglob("*") if p.is_file()} for f in folders]
+        assert files[0] == files[1] and len(files[0]) >= 2, run
+    from basis.tracking import client
+
+    def runs(store):
+        found = client(store).search_runs([client(store).get_experiment_by_name(family).experiment_id])
+        return sorted((r.info.run_name, r.info.status, *(r.data.tags.get(k) for k in keys)) for r in found)
+
+    assert runs(stores["shared"]) == runs(stores["alone"]) and len(runs(stores["alone"])) == len(alone)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["study", "toy", "--datasets", "circles", "blobs", "--out", "results/x"], "needs {dataset}"),
+        (["study", "toy", "--datasets", "blobs", "blobs", "--out", "results/x/{dataset}"], "lists a data set twice"),
+        (
+            ["study", "toy", "--datasets", "blobs", "--set", 'dataset="circles"', "--out", "results/x"],
+            "name the data set twice",
+        ),
+        (["study", "bunny", "--datasets", "blobs", "--out", "results/x"], "does not run per data set"),
+        (["study", "toy", "--datasets", "digits", "--out", "results/x"], "digits"),
+        (
+            ["run", "--method", "basis", "--dataset", "blobs", "--variants", "lstsq", "none", "--out", "results/x"],
+            "needs {variant}",
+        ),
+        (["run", "--method", "basis", "--dataset", "blobs", "--variants", "none", "none"], "lists a variant twice"),
+        (["run", "--method", "basis", "--dataset", "blobs", "--variants", "none-outliers"], "need --outlier-fraction"),
+        (["run", "--method", "basis", "--dataset", "blobs", "--outlier-fraction", "0.2"], "belongs to --variants"),
+        (
+            [
+                "run",
+                "--method",
+                "basis",
+                "--dataset",
+                "blobs",
+                "--variants",
+                "lstsq-outliers",
+                "--outlier-fraction",
+                "2",
+            ],
+            "anchor_outliers=2",
+        ),
+        (["run", "--method", "basis", "--dataset", "blobs", "--variants", "spectral"], "invalid choice"),
+    ],
+)
+def test_bad_run_lists_are_refused_before_any_work(args, message):
+    done = _basis(*args)
+    assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not (ROOT / "results" / "x").exists()
+
+
 def test_the_slurm_profile_sends_each_seeds_job_on_its_own(workdir):
     """With seeds_in_one_job a kNN-sweep job already holds its k's seeds: grouping those jobs
     as well would run the whole sweep in one allocation, one k after another."""

@@ -384,6 +384,36 @@ def test_the_projection_times_every_rule_of_the_dag_from_the_finished_run(workfl
     assert int(cpu) > 0 and int(gpu) > 0
 
 
+def test_runs_in_one_job_write_what_one_job_per_run_writes_and_supersede_alike(workflow):
+    """The tiny config runs its toy sets in one job and its ablation variants in another
+    (runs_in_one_job); one job per run rewrites two of those runs byte for byte, and each
+    new MLflow run supersedes the shared job's run of the same study run or variant."""
+    targets = [
+        "results/studies/toy/circles/metrics.json",
+        "results/ablation/two_moons/lstsq-outliers/seed0/metrics.json",
+    ]
+    folders = [(workflow / target).parent for target in targets]
+    before_bytes = [{p.name: p.read_bytes() for p in folder.iterdir()} for folder in folders]
+    _, studies_before = runs(workflow, "studies")
+    _, ablation_before = runs(workflow, "ablation")
+    assert len({r.data.tags["variant"] for r in ablation_before}) == 6  # one job's six variants, each its run
+    # (a flag before the targets, or --forcerun would take them all and the target be `all`)
+    done = snakemake(workflow, "--config", "runs_in_one_job=False", "--forcerun", *targets, "--keep-going", *targets)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "rule study_toy:" in done.stderr and "rule ablation_run:" in done.stderr
+    assert [{p.name: p.read_bytes() for p in folder.iterdir()} for folder in folders] == before_bytes
+    for stage, before, variant in (
+        ("studies", studies_before, "toy-circles"),
+        ("ablation", ablation_before, "alignment-lstsq-outliers"),
+    ):
+        _, after = runs(workflow, stage)
+        (new,) = [r for r in after if r.info.run_id not in {b.info.run_id for b in before}]
+        (old,) = [r for r in before if r.data.tags.get("variant") == variant]
+        assert new.info.run_name == old.info.run_name and new.data.tags["variant"] == variant
+        superseded = next(r for r in after if r.info.run_id == old.info.run_id)
+        assert superseded.data.tags.get("superseded_by") == new.info.run_id
+
+
 # Last of the workflow's tests: it leaves the runs' jobs in the seeds-in-one-job layout.
 def test_seeds_in_one_job_write_the_same_files_and_supersede_each_seeds_run(workflow):
     targets = [workflow / f"results/runs/digits/basis/seed{seed}/metrics.json" for seed in (0, 1)]

@@ -205,18 +205,49 @@ def cmd_study(args: argparse.Namespace) -> int:
     from basis.catalog import check_study_settings, study_parameters
 
     options = _options(args.set, study_parameters(args.name), f"study {args.name!r}")
-    check_study_settings(args.name, options)
-    check_output(args.out, folder=True)
+    runs = _study_runs(args, options)
+    for run_options, folder in runs.values():
+        check_study_settings(args.name, run_options)
+        check_output(folder, folder=True)
     from basis.runtime.device import resolve_device  # imports torch: after the checks that need none
 
     resolve_device(args.device)
+    outputs = {dataset: _study_run(args, run_options, folder) for dataset, (run_options, folder) in runs.items()}
+    print_result(outputs[None] if args.datasets is None else {"datasets": outputs}, args.json)
+    return 0
+
+
+def _study_runs(args: argparse.Namespace, options: dict) -> dict[str | None, tuple[dict, str]]:
+    """Each run of ``study``: its settings and folder; with ``--datasets``, one run per data
+    set (``{dataset}`` in ``--out`` becomes its name), else the one run ``--set`` describes."""
+    if args.datasets is None:
+        return {None: (options, args.out)}
+    from basis.catalog import study_declaration
+
+    if study_declaration(args.name).runs != "datasets":
+        raise InputError(f"--datasets: study {args.name!r} does not run per data set; give its settings with --set")
+    if "dataset" in options:
+        raise InputError("--datasets and --set dataset=... name the data set twice; give one of them")
+    if len(set(args.datasets)) != len(args.datasets):
+        raise InputError(f"--datasets lists a data set twice: {args.datasets}")
+    if len(args.datasets) > 1 and "{dataset}" not in args.out:
+        raise InputError(f"--out {args.out}: with several --datasets it needs {{dataset}}, e.g. results/{{dataset}}")
+    return {d: ({**options, "dataset": d}, args.out.replace("{dataset}", d)) for d in args.datasets}
+
+
+def _study_run(args: argparse.Namespace, options: dict, out: str) -> dict:
+    """One run of ``study``: compute, write ``out`` and, if tracked, log it as its own MLflow
+    run; returns what ``study`` prints for it."""
+    from basis.catalog import study_parameters
     from basis.studies import save_study, study_function
 
     study = study_function(args.name)
     accepted = study_parameters(args.name, include_common=True)
     common = {"seed": args.seed, "data_seed": args.data_seed, "device": args.device, "data_root": args.data_root}
-    options.update({k: v for k, v in common.items() if k in accepted})
+    options = {**options, **{k: v for k, v in common.items() if k in accepted}}
     tags = {"study": args.name, "seed": str(args.seed)}
+    if args.datasets is not None:  # the tags a job of this one run gets from the workflow
+        tags.update(run=options["dataset"], variant=f"{args.name}-{options['dataset']}")
     with maybe_tracked(args, f"{args.name}-seed{args.seed}", tags) as run:
         if run:
             run.log_params({"study": args.name, **options})
@@ -228,13 +259,12 @@ def cmd_study(args: argparse.Namespace) -> int:
             result, arrays = study(**options)
         seconds = time.perf_counter() - start
         with timed("outputs"):
-            save_study(args.out, result, arrays)  # results only: the same seed writes the same files
+            save_study(out, result, arrays)  # results only: the same seed writes the same files
         if run:
             run.log_metrics({**result, "seconds": seconds})
             for name in ("metrics.json", "arrays.npz"):
-                run.log_artifact(Path(args.out) / name)
-    print_result({**result, "seconds": seconds}, args.json)
-    return 0
+                run.log_artifact(Path(out) / name)
+    return {**result, "seconds": seconds}
 
 
 def cmd_figure(args: argparse.Namespace) -> int:

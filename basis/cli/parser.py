@@ -63,6 +63,16 @@ def build_parser() -> argparse.ArgumentParser:
         " auto: on CUDA, where the method can (all but specnet2 with gradient=neighbor); the CPU keeps each"
         " seed's solo path, bit for bit",
     )
+    run.add_argument(
+        "--variants",
+        nargs="+",
+        choices=[f"{a}{o}" for o in ("", "-outliers") for a in ("ransac", "lstsq", "none")],
+        help="the alignment ablation: train each of these alignments in turn ({variant} in --out becomes its"
+        " name), each its own MLflow run; -outliers: with --outlier-fraction of the anchors from another class",
+    )
+    run.add_argument(
+        "--outlier-fraction", type=float, help="the share of anchor slots that -outliers variants fill wrongly"
+    )
     run.add_argument("--reference", help="stored analytic embedding of the test split (from 'basis reference')")
     run.add_argument("--siamese", help="the Siamese network behind --features, logged with the model (with --track)")
     run.set_defaults(func=cmd_run)
@@ -115,7 +125,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     study.add_argument("name", help="a module of basis/studies/ (toy, illustration, consistency, ...)")
     study.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a setting of the study")
-    study.add_argument("--out", required=True, help="folder for metrics.json and arrays.npz")
+    study.add_argument(
+        "--out", required=True, help="folder for metrics.json and arrays.npz ({dataset}: see --datasets)"
+    )
+    study.add_argument(
+        "--datasets",
+        nargs="+",
+        choices=DATASETS,
+        help="run a per-data-set study on each of these in turn, each its own folder and MLflow run",
+    )
     study.set_defaults(func=cmd_study)
 
     figure = sub.add_parser("figure", help="draw one of the paper's figures (PNG and PDF) from study folders")

@@ -51,6 +51,31 @@ def run_folders(out: str | None, seeds: list[int]) -> list[str | None]:
     return [out.replace("{seed}", str(seed)) for seed in seeds]
 
 
+def ablation_variants(args: argparse.Namespace) -> dict[str | None, tuple[list[str], dict[str, str]]]:
+    """Each variant ``run`` trains: its ``--set`` assignments and its extra MLflow tags. One
+    without ``--variants``; with it, each alignment of the ablation (``ransac``, ``lstsq``,
+    ``none``; ``-outliers``: with ``--outlier-fraction`` of every batch's anchor slots
+    holding another class's node), its assignments after ``--set``'s, so that they win."""
+    with_outliers = [v for v in args.variants or [] if v.endswith("-outliers")]
+    if args.outlier_fraction is not None and not with_outliers:
+        raise InputError("--outlier-fraction belongs to --variants with -outliers (e.g. ransac-outliers); give those")
+    if args.variants is None:
+        return {None: (args.set, {})}
+    if len(set(args.variants)) != len(args.variants):
+        raise InputError(f"--variants lists a variant twice: {args.variants}")
+    if args.out is not None and len(args.variants) > 1 and "{variant}" not in args.out:
+        raise InputError(f"--out {args.out}: with several --variants it needs {{variant}}, e.g. results/{{variant}}")
+    if with_outliers and args.outlier_fraction is None:
+        raise InputError(f"--variants {with_outliers} need --outlier-fraction")
+    variants = {}
+    for variant in args.variants:
+        alignment, _, outliers = variant.partition("-")
+        assignments = [f'alignment="{alignment}"', *([f"anchor_outliers={args.outlier_fraction}"] if outliers else [])]
+        # the tags a job of this one variant gets from the workflow
+        variants[variant] = ([*args.set, *assignments], {"alignment": variant, "variant": f"alignment-{variant}"})
+    return variants
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from basis.catalog.settings import resolve_settings
 
@@ -59,10 +84,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     seeds = args.seeds or [args.seed]
     for seed in seeds:
         check_seed(seed, "--seeds")
-    folders = run_folders(args.out, seeds)
-    settings = resolve_settings(args.method, assignments=args.set, dataset=args.dataset)
-    for folder in filter(None, folders):
-        check_output(folder, folder=True)
+    variants = {}
+    for variant, (assignments, tags) in ablation_variants(args).items():
+        out = args.out if args.out is None or variant is None else args.out.replace("{variant}", variant)
+        settings = resolve_settings(args.method, assignments=assignments, dataset=args.dataset)
+        variants[variant] = (settings, run_folders(out, seeds), tags)
+    for _, folders, _ in variants.values():
+        for folder in filter(None, folders):
+            check_output(folder, folder=True)
     from basis.data import load_inputs
     from basis.experiment import check_method
     from basis.references import load_reference
@@ -70,32 +99,47 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     mark_startup()
     device = str(resolve_device(args.device))  # resolved once: logged as used
-    # Loaded once for every seed: the data, its features and the reference.
+    # Loaded once for every seed and variant: the data, its features and the reference.
     with timed("load"):
         data = load_inputs(args.dataset, args.features, seed=args.data_seed, root=args.data_root)
-        n_components = settings["n_components"] or data.n_classes
-        stored = None if args.reference is None else load_reference(args.reference, settings, n_components, data.X_test)
-        checked = check_method(args.method, data, settings)  # what depends on the data, before a run opens
-    together = _trains_together(args, seeds, device, checked)
-    outputs = _run_seeds(args, seeds, folders, settings, device, data, stored, together)
-    print_result(outputs[seeds[0]] if args.seeds is None else {"seeds": outputs}, args.json)
+        first = next(iter(variants.values()))[0]
+        n_components = first["n_components"] or data.n_classes
+        stored = None if args.reference is None else load_reference(args.reference, first, n_components, data.X_test)
+        # what depends on the data, before a run opens
+        checked = {variant: check_method(args.method, data, settings) for variant, (settings, *_) in variants.items()}
+    outputs = {}
+    for variant, (settings, folders, tags) in variants.items():
+        together = _trains_together(args, seeds, device, checked[variant])
+        ran = _run_seeds(args, seeds, folders, settings, device, data, stored, together, tags)
+        outputs[variant] = ran[seeds[0]] if args.seeds is None else {"seeds": ran}
+    print_result(outputs[None] if args.variants is None else {"variants": outputs}, args.json)
     return 0
 
 
 def _run_seeds(
-    args, seeds: list[int], folders: list[str | None], settings: dict, device: str, data, stored, together: bool
+    args,
+    seeds: list[int],
+    folders: list[str | None],
+    settings: dict,
+    device: str,
+    data,
+    stored,
+    together: bool,
+    tags: dict[str, str],
 ) -> dict:
     """Each seed of ``run``, trained in turn, or ``together`` as one batched network
     (``--seeds-together``); each seed is evaluated, written and logged on its own."""
     if not together:
-        return {seed: _run_seed(args, seed, out, settings, device, data, stored) for seed, out in zip(seeds, folders)}
+        return {
+            seed: _run_seed(args, seed, out, settings, device, data, stored, tags) for seed, out in zip(seeds, folders)
+        }
     from basis.experiment import run_seeds_together
 
     with ExitStack() as stack:
         opened = {}
         for seed in seeds:
-            run_name, tags = _run_identity(args, seed)
-            run = stack.enter_context(maybe_tracked(args, run_name, tags))
+            run_name, identity = _run_identity(args, seed, tags)
+            run = stack.enter_context(maybe_tracked(args, run_name, identity))
             opened[seed] = (run_name, run, _log_inputs(run, args, seed, settings, device, data))
         progress = _progress(settings.get("n_iter", 1))  # one progress line: the seeds step together
         callbacks = {
@@ -123,18 +167,21 @@ def _trains_together(args, seeds: list[int], device: str, estimator) -> bool:
     return args.seeds_together == "on"
 
 
-def _run_identity(args, seed: int) -> tuple[str, dict[str, str]]:
-    """A seed's MLflow run name (also its logged model's name) and tags."""
-    tags = {"dataset": args.dataset, "method": args.method, "seed": str(seed)}
-    return f"{args.dataset}-{args.method}-seed{seed}", tags
+def _run_identity(args, seed: int, tags: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """A seed's MLflow run name (also its logged model's name) and tags (``tags`` besides
+    the data set, the method and the seed)."""
+    identity = {"dataset": args.dataset, "method": args.method, "seed": str(seed), **tags}
+    return f"{args.dataset}-{args.method}-seed{seed}", identity
 
 
-def _run_seed(args, seed: int, out: str | None, settings: dict, device: str, data, stored) -> dict:
+def _run_seed(
+    args, seed: int, out: str | None, settings: dict, device: str, data, stored, tags: dict[str, str]
+) -> dict:
     """One seed of ``run``: train, evaluate, write ``out``, and log it as its own MLflow run."""
     from basis.experiment import run_method
 
-    run_name, tags = _run_identity(args, seed)
-    with maybe_tracked(args, run_name, tags) as run:
+    run_name, identity = _run_identity(args, seed, tags)
+    with maybe_tracked(args, run_name, identity) as run:
         digest = _log_inputs(run, args, seed, settings, device, data)
         n_iter = settings.get("n_iter", 1)
         result = run_method(

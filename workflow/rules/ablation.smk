@@ -5,13 +5,13 @@ rule ablation_run:
     input:
         unpack(ablation_inputs),
     output:
-        metrics=seed_files("results/ablation/{dataset}/{alignment}", "metrics.json", ABLATION["seeds"]),
-        model=seed_files("results/ablation/{dataset}/{alignment}", "model.pt", ABLATION["seeds"]),
-        embedding=seed_files("results/ablation/{dataset}/{alignment}", "embedding.npz", ABLATION["seeds"]),
+        metrics=ablation_files("metrics.json"),
+        model=ablation_files("model.pt"),
+        embedding=ablation_files("embedding.npz"),
     log:
-        seed_job("results/logs/ablation/{dataset}/{alignment}") + ".log",
+        ablation_job("results/logs/ablation/{dataset}/{alignment}") + ".log",
     benchmark:
-        seed_job("results/benchmarks/ablation/{dataset}/{alignment}") + ".tsv"
+        ablation_job("results/benchmarks/ablation/{dataset}/{alignment}") + ".tsv"
     wildcard_constraints:
         alignment="(ransac|lstsq|none)(-outliers)?",
     priority: LONG_JOB_PRIORITY
@@ -23,6 +23,9 @@ rule ablation_run:
     params:
         code=CODE["basis"],
         command=ablation_command,
-        tags=lambda wildcards: run_tags(wildcards, "ablation_run", f"alignment-{wildcards.alignment}"),
+        # a job of every variant: the command tags each variant's runs with it
+        tags=lambda wildcards: run_tags(
+            wildcards, "ablation_run", None if RUNS_IN_ONE_JOB else f"alignment-{wildcards.alignment}"
+        ),
     script:
         "../scripts/basis_command.py"

@@ -272,12 +272,12 @@ def seed_job(path):
     return f"{path}/seeds" if SEEDS_IN_ONE_JOB else f"{path}/seed{{seed}}"
 
 
-def seed_arguments(wildcards, output, n_seeds):
-    """--seed and --out of one seed's job, or --seeds and an --out with {seed}."""
-    folder = Path(output.metrics[0] if SEEDS_IN_ONE_JOB else output.metrics).parent
+def seed_arguments(wildcards, folder, n_seeds):
+    """--seed and --out of one seed's job, or --seeds and an --out with {seed}; the seeds'
+    folders lie in ``folder``."""
     if SEEDS_IN_ONE_JOB:
-        return ["--seeds", *map(str, range(n_seeds)), "--out", str(folder.parent / "seed{seed}")]
-    return ["--seed", wildcards.seed, "--out", str(folder)]
+        return ["--seeds", *map(str, range(n_seeds)), "--out", f"{folder}/seed{{seed}}"]
+    return ["--seed", wildcards.seed, "--out", f"{folder}/seed{wildcards.seed}"]
 
 
 def together_arguments():
@@ -289,10 +289,10 @@ def together_arguments():
     return ["--seeds-together", "on" if choice else "off"]
 
 
-def run_command(method, wildcards, input, output, experiment, settings, n_seeds):
+def run_command(method, wildcards, input, folder, experiment, settings, n_seeds):
     """`python -m basis run` for one method and data set, and one seed or all ``n_seeds``
-    (:data:`SEEDS_IN_ONE_JOB`); against a stored reference when the job has one as input
-    (else the run computes it)."""
+    (:data:`SEEDS_IN_ONE_JOB`), each writing ``folder``/seed<seed>; against a stored
+    reference when the job has one as input (else the run computes it)."""
     reference = getattr(input, "reference", None)
     stage = experiment.rsplit("-", 1)[-1]
     return [
@@ -301,7 +301,7 @@ def run_command(method, wildcards, input, output, experiment, settings, n_seeds)
         method,
         "--dataset",
         wildcards.dataset,
-        *seed_arguments(wildcards, output, n_seeds),
+        *seed_arguments(wildcards, folder, n_seeds),
         *together_arguments(),
         "--data-root",
         config["data_root"],
@@ -421,11 +421,37 @@ if unknown_datasets:
 STUDIES = {name: study_declaration(name) for name in study_names()}
 STUDY_OUTPUTS = ["results/{folder}/metrics.json", "results/{folder}/arrays.npz"]
 
+# With runs_in_one_job, a study that runs per data set runs all of them in one job, one
+# after another (`python -m basis study NAME --datasets ...`), and the ablation all its
+# variants of one data set: start-up paid once, each run still its own folder and MLflow run.
+RUNS_IN_ONE_JOB = config.get("runs_in_one_job", False)
+
+
+def runs_share_job(name):
+    """Whether study ``name``'s runs share one job (its rule then has no {run} wildcard)."""
+    return RUNS_IN_ONE_JOB and STUDIES[name].runs == "datasets"
+
+
+def study_job_runs(name, wildcards):
+    """The runs of study ``name`` that one of its jobs computes."""
+    return list(STUDY_RUNS[name]) if runs_share_job(name) else [wildcards.get("run", "")]
+
+
+def study_job_name(name):
+    """The {run} part of a study rule's log and benchmark paths: a run, or all of them."""
+    if STUDIES[name].runs is None:
+        return ""
+    return "datasets" if runs_share_job(name) else "{run}"
+
 
 def study_outputs(name):
-    """Output patterns of study ``name``'s rule: one folder, or one per run ({run})."""
-    folder = study_folder(name, "{run}" if STUDIES[name].runs is not None else "")
-    return expand(STUDY_OUTPUTS, folder=folder, allow_missing=True)
+    """Output patterns of study ``name``'s rule: one folder, one per run ({run}), or every
+    run's when they share the job."""
+    if runs_share_job(name):
+        folders = [study_folder(name, run) for run in STUDY_RUNS[name]]
+    else:
+        folders = study_folder(name, "{run}" if STUDIES[name].runs is not None else "")
+    return expand(STUDY_OUTPUTS, folder=folders, allow_missing=True)
 
 
 def study_inputs(name):
@@ -433,12 +459,14 @@ def study_inputs(name):
     ``features_dir``, for that set's Siamese features."""
 
     def inputs(wildcards):
-        settings = STUDY_RUNS[name][wildcards.get("run", "")]
-        dataset = settings.get("dataset")
-        data = [f"results/data/{dataset}.json"] if dataset in FEATURE_SETS else []
-        # a run given a features folder embeds the data set's Siamese features from there
-        has_features = dataset in FEATURE_SETS and settings.get("features_dir")
-        features = [f"{settings['features_dir']}/{dataset}.npz"] if has_features else []
+        data, features = [], []
+        for run in study_job_runs(name, wildcards):
+            settings = STUDY_RUNS[name][run]
+            dataset = settings.get("dataset")
+            data += [f"results/data/{dataset}.json"] if dataset in FEATURE_SETS else []
+            # a run given a features folder embeds the data set's Siamese features from there
+            if dataset in FEATURE_SETS and settings.get("features_dir"):
+                features.append(f"{settings['features_dir']}/{dataset}.npz")
         return {"flag": TRACKING_FLAG, "data": data, "features": features}
 
     return inputs
@@ -446,19 +474,26 @@ def study_inputs(name):
 
 def study_command(name):
     def command(wildcards):
-        run = wildcards.get("run", "")
+        if runs_share_job(name):
+            # the runs differ in their data set only: the shared settings, then each data set
+            datasets = list(STUDY_RUNS[name])
+            settings = {k: v for k, v in STUDY_RUNS[name][datasets[0]].items() if k != "dataset"}
+            folder = ["--out", f"results/{study_folder(name, '{dataset}')}", "--datasets", *datasets]
+        else:
+            run = wildcards.get("run", "")
+            settings = STUDY_RUNS[name][run]
+            folder = ["--out", f"results/{study_folder(name, run)}"]
         return [
             "study",
             name,
-            "--out",
-            f"results/{study_folder(name, run)}",
+            *folder,
             "--track",
             EXPERIMENTS["studies"],
             "--data-root",
             config["data_root"],
             "--data-seed",
             config["data_seed"],
-            *set_arguments(STUDY_RUNS[name][run]),
+            *set_arguments(settings),
         ]
 
     return command
@@ -475,6 +510,19 @@ ABLATION_VARIANTS = [
     for suffix in ["", *(["-outliers"] if ABLATION.get("outlier_fraction", 0) else [])]
     for alignment in ("ransac", "lstsq", "none")
 ]
+ABLATION_FOLDER = "results/ablation/{dataset}/{alignment}"
+
+
+def ablation_files(name):
+    """Output ``name`` of an ablation job: each seed's of its variant, or of every variant
+    when they share the job (runs_in_one_job)."""
+    files = seed_files(ABLATION_FOLDER, name, ABLATION["seeds"])
+    return expand(files, alignment=ABLATION_VARIANTS, allow_missing=True) if RUNS_IN_ONE_JOB else files
+
+
+def ablation_job(path):
+    """An ablation job's log or benchmark path for ``path``: of its variant, or of all."""
+    return seed_job(path.replace("{alignment}", "variants") if RUNS_IN_ONE_JOB else path)
 
 
 def ablation_inputs(wildcards):
@@ -489,13 +537,21 @@ def ablation_inputs(wildcards):
 
 def ablation_command(wildcards, input, output):
     protocol = [] if wildcards.dataset in TOY_SETS else settings_for("basis")
-    alignment, _, outliers = wildcards.alignment.partition("-")
-    settings = {**ABLATION.get("settings", {}), "alignment": alignment}
-    if outliers:
-        settings["anchor_outliers"] = ABLATION["outlier_fraction"]
+    if RUNS_IN_ONE_JOB:  # each variant's alignment is set by the command, after --set
+        folder = ABLATION_FOLDER.format(dataset=wildcards.dataset, alignment="{variant}")
+        fraction = ABLATION.get("outlier_fraction", 0)
+        variants = ["--variants", *ABLATION_VARIANTS, *(["--outlier-fraction", fraction] if fraction else [])]
+        settings = dict(ABLATION.get("settings", {}))
+    else:
+        folder = ABLATION_FOLDER.format(**wildcards)
+        alignment, _, outliers = wildcards.alignment.partition("-")
+        variants = []
+        settings = {**ABLATION.get("settings", {}), "alignment": alignment}
+        if outliers:
+            settings["anchor_outliers"] = ABLATION["outlier_fraction"]
     # the ablation's own settings (its budget) last, so they win
-    command = run_command("basis", wildcards, input, output, EXPERIMENTS["ablation"], protocol, ABLATION["seeds"])
-    return command + set_arguments(settings)
+    command = run_command("basis", wildcards, input, folder, EXPERIMENTS["ablation"], protocol, ABLATION["seeds"])
+    return command + variants + set_arguments(settings)
 
 
 FIGURES_DIR = "results/paper/figures"

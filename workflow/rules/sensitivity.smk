@@ -50,7 +50,7 @@ rule knn_run:
             wildcards.method,
             wildcards,
             input,
-            output,
+            f"results/knn/{wildcards.dataset}/k{wildcards.k}/{wildcards.method}",
             EXPERIMENTS["sensitivity"],
             settings_for(wildcards.method) + [f"graph.n_neighbors={wildcards.k}"],
             KNN["seeds"],

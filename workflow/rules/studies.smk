@@ -15,9 +15,9 @@ for name, study in STUDIES.items():
         output:
             study_outputs(name),
         log:
-            f"results/logs/{study_folder(name, '{run}' if study.runs is not None else '')}.log",
+            f"results/logs/{study_folder(name, study_job_name(name))}.log",
         benchmark:
-            f"results/benchmarks/{study_folder(name, '{run}' if study.runs is not None else '')}.tsv"
+            f"results/benchmarks/{study_folder(name, study_job_name(name))}.tsv"
         wildcard_constraints:
             run="|".join(STUDY_RUNS[name]),
         priority: LONG_JOB_PRIORITY if name in LONG_STUDIES else 0
@@ -29,8 +29,12 @@ for name, study in STUDIES.items():
         params:
             code=CODE_STUDY[name],
             command=study_command(name),
+            # a job of several runs: the command tags each run with its run and variant
             tags=lambda wildcards, name=name: run_tags(
-                wildcards, f"study_{name}", "-".join(filter(None, [name, wildcards.get("run")])), STUDIES_CONFIG[name]
+                wildcards,
+                f"study_{name}",
+                None if runs_share_job(name) else "-".join(filter(None, [name, wildcards.get("run")])),
+                STUDIES_CONFIG[name],
             ),
         script:
             "../scripts/basis_command.py"

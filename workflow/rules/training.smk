@@ -23,7 +23,7 @@ rule train_and_evaluate:
             wildcards.method,
             wildcards,
             input,
-            output,
+            f"results/runs/{wildcards.dataset}/{wildcards.method}",
             EXPERIMENTS["runs"],
             settings_for(wildcards.method),
             config["seeds"],
