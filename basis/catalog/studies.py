@@ -40,12 +40,14 @@ class Study:
     """One study's declaration, read by the workflow and the command line.
 
     function: the study function of the module.
-    runs: how the config section ``experiments.<study>`` becomes jobs, each run's settings
-        being ``settings`` with the run's own on top:
+    runs: how the config section ``experiments.<study>`` becomes runs, a job each, each
+        run's settings being ``settings`` with the run's own on top:
 
-        - ``None``: one job, from ``settings``;
-        - ``"datasets"``: one job per data set listed under ``datasets``, as ``dataset``;
-        - a tuple of names: one job per name, each with its own section of settings.
+        - ``None``: one run, from ``settings``;
+        - ``"datasets"``: one run per data set listed under ``datasets``, as ``dataset``
+          (with the config's ``runs_in_one_job``, all of them in one job:
+          ``python -m basis study NAME --datasets ...``);
+        - a tuple of names: one run per name, each with its own section of settings.
     figures: the figures drawn from its runs.
     claims: function of the module, ``claims({run: metrics}) -> rows`` for the comparison.
     gpu: whether its jobs train on the GPU (they claim one of the workflow's GPU slots).

@@ -5,7 +5,7 @@ functions that draw its figures and check its claims, and one declaration of the
 
     STUDY = Study(
         function="toy_example",        # (**settings) -> (metrics, arrays)
-        runs="datasets",               # how its config section splits into jobs
+        runs="datasets",               # how its config section splits into runs (jobs)
         figures=[Figure(name="fig1_toy_examples", draw="draw_toy_examples", caption="...")],
         claims="toy_claims",           # ({run: metrics}) -> rows of the comparison
         gpu=True,
