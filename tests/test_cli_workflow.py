@@ -437,26 +437,31 @@ def test_bad_seed_lists_are_refused_before_any_work(tmp_path, args, message):
     assert not (ROOT / "results" / "x").exists()
 
 
-# A job of two runs (runs_in_one_job), and its second run as a job of that one run: the same
-# command but for how the run is named, and the tags the workflow gives a job of one run.
+# A job of two runs (runs_in_one_job), and its second run as the workflow's job of that one
+# run: the same command but for the runs it lists; the run's tags as the workflow gave them.
 # (The first run of a shared process has nothing before it; the second shows what leaks.)
 RUNS_SHARING_A_PROCESS = {
     "study": (
         ["study", "toy", "--set", "n_iter=5", "--set", "n_samples=600", "--set", "grid_size=20"],
         ["--datasets", "circles", "blobs", "--out", "{out}/{{dataset}}"],
-        ["--set", 'dataset="blobs"', "--tag", "run=blobs", "--tag", "variant=toy-blobs", "--out", "{out}"],
+        ["--datasets", "blobs", "--out", "{out}/{{dataset}}"],
         "blobs",
-        ("study", "seed", "run", "variant"),
+        {"study": "toy", "seed": "0", "run": "blobs", "variant": "toy-blobs"},
+        "toy-seed0 (toy-blobs)",
     ),
     "ablation": (
         ["run", "--method", "basis", "--dataset", "two_moons", "--set", "n_iter=10", "--seeds", "0"],
         ["--variants", "lstsq", "ransac-outliers", "--outlier-fraction", "0.2", "--out", "{out}/{{variant}}/seed0"],
-        [
-            *["--set", 'alignment="ransac"', "--set", "anchor_outliers=0.2", "--out", "{out}/seed0"],
-            *["--tag", "alignment=ransac-outliers", "--tag", "variant=alignment-ransac-outliers"],
-        ],
+        ["--variants", "ransac-outliers", "--outlier-fraction", "0.2", "--out", "{out}/{{variant}}/seed0"],
         "ransac-outliers",
-        ("dataset", "method", "seed", "alignment", "variant"),
+        {
+            "dataset": "two_moons",
+            "method": "basis",
+            "seed": "0",
+            "alignment": "ransac-outliers",
+            "variant": "alignment-ransac-outliers",
+        },
+        "two_moons-basis-seed0 (alignment-ransac-outliers)",
     ),
 }
 
@@ -464,8 +469,8 @@ RUNS_SHARING_A_PROCESS = {
 @pytest.mark.parametrize("family", sorted(RUNS_SHARING_A_PROCESS))
 def test_runs_in_one_process_give_the_files_and_mlflow_runs_of_one_process_per_run(tmp_path, family):
     """What runs_in_one_job's jobs run: each run's files byte for byte, and its MLflow run
-    named and tagged as a job of that one run is."""
-    common, shared, alone, second, keys = RUNS_SHARING_A_PROCESS[family]
+    named and tagged as the workflow's job of that one run is."""
+    common, shared, alone, second, tags, run_name = RUNS_SHARING_A_PROCESS[family]
     folders = {way: tmp_path / way for way in ("shared", "alone")}
     stores = {way: tmp_path / f"store-{way}" for way in folders}
     arguments = {"shared": shared, "alone": alone}
@@ -476,17 +481,16 @@ def test_runs_in_one_process_give_the_files_and_mlflow_runs_of_one_process_per_r
     shared_files, alone_files = (
         {p.relative_to(f): p.read_bytes() for p in f.rglob("*") if p.is_file()} for f in folders.values()
     )
-    assert len(shared_files) == 2 * len(alone_files) >= 4
-    assert {path: data for path, data in shared_files.items() if path.parts[0] == second} == {
-        second / path: data for path, data in alone_files.items()
-    }
+    assert len(shared_files) == 2 * len(alone_files) >= 4 and {p.parts[0] for p in alone_files} == {second}
+    assert {path: data for path, data in shared_files.items() if path.parts[0] == second} == alone_files
     from basis.tracking import client
 
     def runs(store):
         found = client(store).search_runs([client(store).get_experiment_by_name(family).experiment_id])
-        return sorted((r.info.run_name, r.info.status, *(r.data.tags.get(k) for k in keys)) for r in found)
+        return sorted((r.info.run_name, r.info.status, *(r.data.tags.get(k) for k in tags)) for r in found)
 
     shared_runs, (alone_run,) = runs(stores["shared"]), runs(stores["alone"])
+    assert alone_run == (run_name, "FINISHED", *tags.values())
     assert len(shared_runs) == 2 and shared_runs.count(alone_run) == 1
 
 

@@ -23,9 +23,7 @@ rule ablation_run:
     params:
         code=CODE["basis"],
         command=ablation_command,
-        # a job of every variant: the command tags each variant's runs with it
-        tags=lambda wildcards: run_tags(
-            wildcards, "ablation_run", None if RUNS_IN_ONE_JOB else f"alignment-{wildcards.alignment}"
-        ),
+        # the command tags each variant's runs (alignment, variant)
+        tags=lambda wildcards: run_tags(wildcards, "ablation_run"),
     script:
         "../scripts/basis_command.py"

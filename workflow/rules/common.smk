@@ -474,15 +474,15 @@ def study_inputs(name):
 
 def study_command(name):
     def command(wildcards):
-        if runs_share_job(name):
+        runs = study_job_runs(name, wildcards)
+        if STUDIES[name].runs == "datasets":
             # the runs differ in their data set only: the shared settings, then each data set
-            datasets = list(STUDY_RUNS[name])
-            settings = {k: v for k, v in STUDY_RUNS[name][datasets[0]].items() if k != "dataset"}
-            folder = ["--out", f"results/{study_folder(name, '{dataset}')}", "--datasets", *datasets]
+            # (the command names and tags each data set's run, in a job of one run or of all)
+            settings = {k: v for k, v in STUDY_RUNS[name][runs[0]].items() if k != "dataset"}
+            folder = ["--out", f"results/{study_folder(name, '{dataset}')}", "--datasets", *runs]
         else:
-            run = wildcards.get("run", "")
-            settings = STUDY_RUNS[name][run]
-            folder = ["--out", f"results/{study_folder(name, run)}"]
+            settings = STUDY_RUNS[name][runs[0]]
+            folder = ["--out", f"results/{study_folder(name, runs[0])}"]
         return [
             "study",
             name,
@@ -497,6 +497,13 @@ def study_command(name):
         ]
 
     return command
+
+
+def study_variant(name, wildcards):
+    """The variant tag of a study job, unless its command names its runs (--datasets)."""
+    if STUDIES[name].runs == "datasets":
+        return None
+    return "-".join(filter(None, [name, wildcards.get("run")]))
 
 
 KNN = STUDIES_CONFIG["knn"]
@@ -536,22 +543,18 @@ def ablation_inputs(wildcards):
 
 
 def ablation_command(wildcards, input, output):
+    """A job of one ablation variant or of all (runs_in_one_job): `python -m basis run
+    --variants ...`, which sets each variant's alignment and outliers after the --set
+    options, and names and tags its runs."""
     protocol = [] if wildcards.dataset in TOY_SETS else settings_for("basis")
-    if RUNS_IN_ONE_JOB:  # each variant's alignment is set by the command, after --set
-        folder = ABLATION_FOLDER.format(dataset=wildcards.dataset, alignment="{variant}")
-        fraction = ABLATION.get("outlier_fraction", 0)
-        variants = ["--variants", *ABLATION_VARIANTS, *(["--outlier-fraction", fraction] if fraction else [])]
-        settings = dict(ABLATION.get("settings", {}))
-    else:
-        folder = ABLATION_FOLDER.format(**wildcards)
-        alignment, _, outliers = wildcards.alignment.partition("-")
-        variants = []
-        settings = {**ABLATION.get("settings", {}), "alignment": alignment}
-        if outliers:
-            settings["anchor_outliers"] = ABLATION["outlier_fraction"]
+    variants = ABLATION_VARIANTS if RUNS_IN_ONE_JOB else [wildcards.alignment]
+    fraction = (
+        ["--outlier-fraction", ABLATION["outlier_fraction"]] if any(v.endswith("-outliers") for v in variants) else []
+    )
+    folder = ABLATION_FOLDER.format(dataset=wildcards.dataset, alignment="{variant}")
     # the ablation's own settings (its budget) last, so they win
     command = run_command("basis", wildcards, input, folder, EXPERIMENTS["ablation"], protocol, ABLATION["seeds"])
-    return command + variants + set_arguments(settings)
+    return command + ["--variants", *variants, *fraction] + set_arguments(ABLATION.get("settings", {}))
 
 
 FIGURES_DIR = "results/paper/figures"

@@ -29,12 +29,8 @@ for name, study in STUDIES.items():
         params:
             code=CODE_STUDY[name],
             command=study_command(name),
-            # a job of several runs: the command tags each run with its run and variant
             tags=lambda wildcards, name=name: run_tags(
-                wildcards,
-                f"study_{name}",
-                None if runs_share_job(name) else "-".join(filter(None, [name, wildcards.get("run")])),
-                STUDIES_CONFIG[name],
+                wildcards, f"study_{name}", study_variant(name, wildcards), STUDIES_CONFIG[name]
             ),
         script:
             "../scripts/basis_command.py"
