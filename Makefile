@@ -21,9 +21,11 @@ quick: $(STAMP)
 	$(VENV)/bin/snakemake --cores all --configfile config/quick.yaml
 
 # One pytest worker per core (at most 4); a test module's tests share a worker, so that
-# each module's set-up (the end-to-end workflow, ...) runs once.
+# each module's set-up (the end-to-end workflow, ...) runs once. The modules go out in the
+# order tests/conftest.py collects them, longest first (xdist's default sends the modules
+# with the most tests first, and the longest ones then end the suite on one core).
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -q -n auto --maxprocesses 4 --dist loadfile
+	$(VENV)/bin/python -m pytest -q -n auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder
 
 # The cluster path on a live single-node SLURM cluster on localhost (root: it installs and
 # starts munge, MariaDB and SLURM's daemons, and tears them down afterwards).

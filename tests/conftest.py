@@ -89,9 +89,10 @@ def pytest_configure(config):
 
 
 #: The modules that take longest (a tiny workflow in the set-up of the first, full training
-#: budgets in the second), collected first so that under pytest-xdist they start at once
-#: instead of ending the suite; the order of the tests within a module is kept.
-LONG_MODULES = ("test_workflow_e2e.py", "test_methods_two_moons.py")
+#: budgets in the second, many commands in the third), collected first so that under
+#: pytest-xdist (``--dist loadfile --no-loadscope-reorder``, as ``make test`` runs it) they
+#: start at once instead of ending the suite; the order of the tests within a module is kept.
+LONG_MODULES = ("test_workflow_e2e.py", "test_methods_two_moons.py", "test_cli_workflow.py")
 
 
 def pytest_collection_modifyitems(config, items):
