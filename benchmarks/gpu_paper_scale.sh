@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# Issue #35's device check in one call. (1) `bench step` on the clustered stand-in (the
-# baseline), Siamese-like touching clusters and raw digits: ms per step and RANSAC's draws.
-# (2) Table 1's runs of one data set at the paper's protocol on an MNIST-sized stand-in for
-# its Siamese features (60,000 + 10,000 16-d points, benchmarks/standin_features.py): the
-# test split's reference once, then each method's seeds in one process (the workflow's
+# Issue #35's device check in one call. (1) `bench step` (with CUDA graphs on a GPU): the
+# clustered stand-in three times (floor: 5 ms in each), Siamese-like touching clusters and
+# raw digits (floor: within 2x of the stand-in), with RANSAC's draws; given OLD (a folder
+# holding an older basis/), that code's stand-in step first, the baseline. (2) Table 1's
+# runs of one data set at the paper's protocol on an MNIST-sized stand-in for its Siamese
+# features (60,000 + 10,000 16-d points, benchmarks/standin_features.py): the test split's
+# reference once, then each method's seeds in one process (the workflow's
 # seeds_in_one_job; on CUDA each method's seeds trained together), timed end to end; the
 # paper's 160 runs are 4 such sets. (3) BASiS's seeds together against the same seeds in
 # turn (the baseline) and one seed alone, and each seed's scores of the two compared.
-# Writes $OUT/summary.txt. Usage: OUT=folder [DEVICE=cuda] [N_ITER=1000] [SEEDS="0 ... 9"]
-# [N_TRAIN=60000 N_TEST=10000] [METHODS="basis diffusion_net specnet1 specnet2"] [TOGETHER=auto]
-# bash benchmarks/gpu_paper_scale.sh
+# Writes $OUT/summary.txt. Usage: OUT=folder [DEVICE=cuda] [OLD=folder] [N_ITER=1000]
+# [SEEDS="0 ... 9"] [N_TRAIN=60000 N_TEST=10000] [METHODS="basis diffusion_net specnet1
+# specnet2"] [TOGETHER=auto] [STEP_ITERATIONS=100] bash benchmarks/gpu_paper_scale.sh
 set -uo pipefail
 OUT=${OUT:-results/gpu_paper_scale}
 DEVICE=${DEVICE:-cuda}
@@ -19,21 +21,46 @@ N_TRAIN=${N_TRAIN:-60000}
 N_TEST=${N_TEST:-10000}
 METHODS=${METHODS:-basis diffusion_net specnet1 specnet2}
 TOGETHER=${TOGETHER:-auto}  # --seeds-together of the Table 1 runs (auto: on CUDA; on: also on the CPU)
-py=${PYTHON:-python3}
+OLD=${OLD:-}
+STEP_ITERATIONS=${STEP_ITERATIONS:-100}
+py=$(command -v "${PYTHON:-python3}")
+py=$(cd "$(dirname "$py")" && pwd)/$(basename "$py")  # absolute: the old code runs from its own folder
 mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+graphs=()
+[ "$DEVICE" != cpu ] && graphs=(--cuda-graphs)
 read -r -a seeds <<< "$SEEDS"
 {
     [ "$DEVICE" != cpu ] && nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-    for data in clusters touching digits; do
-        "$py" -m basis bench step --data "$data" --device "$DEVICE" --json > "$OUT/step_$data.json" 2> "$OUT/step_$data.err" \
-            || echo "FAILED step $data: $(tail -1 "$OUT/step_$data.err")"
-        "$py" - "$OUT/step_$data.json" <<'PY'
-import json, sys
-r = json.load(open(sys.argv[1]))
-print(f"bench step {r['settings']['data']:>8}: {r['ms_per_iteration']['total']:7.2f} ms/step,"
-      f" RANSAC hypotheses median {r['ransac_hypotheses']['median']:.0f} (max {r['ransac_hypotheses']['max']:.0f})")
+    # step NAME DATA [FOLDER]: one `bench step` of the code in FOLDER (default: this one), into $OUT/step_NAME.json.
+    step() {
+        (cd "${3:-.}" && PYTHONPATH=. "$py" -m basis bench step --data "$2" --device "$DEVICE" \
+            --iterations "$STEP_ITERATIONS" "${graphs[@]}" --json) > "$OUT/step_$1.json" 2> "$OUT/step_$1.err" \
+            || echo "FAILED step $1: $(tail -1 "$OUT/step_$1.err")"
+    }
+    [ -n "$OLD" ] && step old_clusters clusters "$OLD"
+    for name in clusters_1 clusters_2 clusters_3; do step "$name" clusters; done
+    for data in touching digits; do step "$data" "$data"; done
+    "$py" - "$OUT" <<'PY'
+import json, statistics, sys
+from pathlib import Path
+steps = {}
+for name in ("old_clusters", "clusters_1", "clusters_2", "clusters_3", "touching", "digits"):
+    try:
+        steps[name] = json.loads((Path(sys.argv[1]) / f"step_{name}.json").read_text())
+    except (OSError, ValueError):
+        continue  # not run, or its failure is printed above
+for name, r in steps.items():
+    print(f"bench step {name:>12}: {r['ms_per_iteration']['total']:7.2f} ms/step,"
+          f" RANSAC hypotheses median {r['ransac_hypotheses']['median']:.0f} (max {r['ransac_hypotheses']['max']:.0f})")
+stand_in = [r["ms_per_iteration"]["total"] for name, r in steps.items() if name.startswith("clusters_")]
+if stand_in:
+    print(f"stand-in: worst of {len(stand_in)} {max(stand_in):.2f} ms (floor 5, goal 2)")
+    for name in ("touching", "digits"):
+        if name in steps:
+            ratio = steps[name]["ms_per_iteration"]["total"] / statistics.median(stand_in)
+            print(f"{name}: {ratio:.2f}x the stand-in's median (floor 2x)")
 PY
-    done
     "$py" benchmarks/standin_features.py --out "$OUT/mnist.npz" --n-train "$N_TRAIN" --n-test "$N_TEST"
     start=$SECONDS
     "$py" -m basis reference --dataset mnist --features "$OUT/mnist.npz" --device "$DEVICE" --out "$OUT/reference.npz" \
