@@ -246,7 +246,7 @@ def _study_run(args: argparse.Namespace, options: dict, out: str) -> dict:
     common = {"seed": args.seed, "data_seed": args.data_seed, "device": args.device, "data_root": args.data_root}
     options = {**options, **{k: v for k, v in common.items() if k in accepted}}
     tags = {"study": args.name, "seed": str(args.seed)}
-    if args.datasets is not None:  # the workflow's study jobs name their runs by these tags alone
+    if args.datasets is not None:  # the tags a job of this one run gets from the workflow
         tags.update(run=options["dataset"], variant=f"{args.name}-{options['dataset']}")
     with maybe_tracked(args, f"{args.name}-seed{args.seed}", tags) as run:
         if run:

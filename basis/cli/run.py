@@ -71,7 +71,7 @@ def ablation_variants(args: argparse.Namespace) -> dict[str | None, tuple[list[s
     for variant in args.variants:
         alignment, _, outliers = variant.partition("-")
         assignments = [f'alignment="{alignment}"', *([f"anchor_outliers={args.outlier_fraction}"] if outliers else [])]
-        # the workflow's ablation names its variants' runs by these tags alone
+        # the tags a job of this one variant gets from the workflow
         variants[variant] = ([*args.set, *assignments], {"alignment": variant, "variant": f"alignment-{variant}"})
     return variants
 
