@@ -15,6 +15,7 @@ from conftest import HANG_GUARD_S
 
 from basis.data import DatasetUnavailableError, load_dataset
 from basis.data.bunny import circular_correlation, render_turntable
+from basis.errors import InputError
 from basis.graph import GraphConfig, sparse_affinity
 from basis.spectral import sparse_spectral_embedding
 
@@ -231,3 +232,77 @@ def test_mnist_with_fewer_labels_than_images_or_a_partial_split_is_refused(tmp_p
 
     with pytest.raises(DatasetUnavailableError, match="holds 50 images, the train split has 60000"):
         data_module._check_idx_files(folder, verify=True)
+
+
+# -- stand-ins of the image sets ------------------------------------------------------------
+def test_standins_are_read_by_the_real_loaders_in_the_real_shapes(tmp_path):
+    from basis.catalog import IMAGE_SETS, IMAGE_SHAPES
+    from basis.data.standins import write_standins
+
+    write_standins(tmp_path / "small", list(IMAGE_SETS), n_train=40, n_test=20)
+    for name in IMAGE_SETS:
+        data = load_dataset(name, root=tmp_path / "small", download=False)
+        shape = IMAGE_SHAPES[name][2]
+        assert data.standin and data.X_train.shape == (40, *shape) and data.X_test.shape == (20, *shape), name
+        assert data.X_train.dtype == np.float32 and 0 <= data.X_train.min() and data.X_train.max() <= 1, name
+        assert set(np.unique(data.y_train)) <= set(range(10)) and data.n_classes > 1, name
+    write_standins(tmp_path / "full", ["mnist"])  # the official split sizes by default
+    data = load_dataset("mnist", root=tmp_path / "full", download=False)
+    assert (len(data.X_train), len(data.X_test)) == IMAGE_SHAPES["mnist"][:2]
+    images = tmp_path / "full/MNIST/raw/train-images-idx3-ubyte"
+    written = images.stat().st_mtime_ns
+    write_standins(tmp_path / "full", ["mnist"])  # held whole: kept as it is
+    assert images.stat().st_mtime_ns == written
+    write_standins(tmp_path / "full", ["mnist"], n_test=30)  # other sizes: written again
+    assert len(load_dataset("mnist", root=tmp_path / "full", download=False).X_test) == 30
+    assert not load_dataset("digits").standin
+
+
+def test_standin_images_are_clusters_that_touch():
+    """Siamese features of them should be what trained features are (clusters joined by a
+    few points between them): so the pixels already are, ten small eigenvalues then a gap."""
+    from scipy.sparse.csgraph import connected_components, laplacian
+    from sklearn.neighbors import kneighbors_graph
+
+    from basis.data.standins import _class_patterns, standin_images
+
+    rng = np.random.default_rng(0)
+    images, _ = standin_images(2000, (1, 28, 28), rng, _class_patterns((1, 28, 28), rng))
+    graph = kneighbors_graph(images.reshape(len(images), -1) / 255.0, 10)
+    graph = graph.maximum(graph.T)
+    eigenvalues = np.linalg.eigvalsh(laplacian(graph.astype(float), normed=True).toarray())
+    assert connected_components(graph)[0] == 1
+    assert eigenvalues[9] < 0.02 and eigenvalues[10] > 0.2
+
+
+def test_a_changed_or_missing_standin_file_is_refused_in_one_line(tmp_path):
+    from basis.data.standins import write_standins
+
+    write_standins(tmp_path, ["svhn", "cifar10"], n_train=20, n_test=10)
+    download = [sys.executable, "-m", "basis", "download", "--data-root", str(tmp_path), "--json", "--dataset"]
+    done = subprocess.run([*download, "svhn"], capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert done.returncode == 0 and json.loads(done.stdout)["standin"] is True, done.stderr
+    assert "synthetic stand-ins" in done.stderr
+    mat = tmp_path / "test_32x32.mat"
+    mat.write_bytes(mat.read_bytes()[:-1] + b"\x01")
+    (tmp_path / "cifar-10-batches-py" / "test_batch").unlink()
+    for name, state in (("svhn", f"{mat} has MD5"), ("cifar10", "test_batch is missing")):
+        done = subprocess.run([*download, name], capture_output=True, text=True, timeout=HANG_GUARD_S)
+        assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert state in done.stderr and "write the stand-ins again" in done.stderr
+
+
+def test_a_manifest_covers_only_the_sets_it_lists(tmp_path, rng):
+    """Stand-ins of one set do not lift the checks of another in the same root: hand-placed
+    files of a set the manifest does not list are checked against the published sums."""
+    from basis.data.standins import write_standins
+
+    write_standins(tmp_path, ["mnist"], n_train=20, n_test=10)
+    for split, n in (("train", 5), ("test", 3)):
+        X = rng.integers(0, 256, (32, 32, 3, n)).astype(np.uint8)
+        scipy.io.savemat(tmp_path / f"{split}_32x32.mat", {"X": X, "y": np.ones((n, 1), np.uint8)})
+    with pytest.raises(DatasetUnavailableError):
+        load_dataset("svhn", root=tmp_path, download=False)
+    (tmp_path / "STANDINS.json").write_text("[1, 2]")
+    with pytest.raises(InputError, match="is not a stand-in manifest"):
+        load_dataset("mnist", root=tmp_path, download=False)

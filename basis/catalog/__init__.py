@@ -37,6 +37,13 @@ STEP_DATA = ("clusters", "touching", "digits")
 TOY_CLASSES = {"three_moons": 3, "two_moons": 2, "circles": 2, "blobs": 4, "spirals": 2}
 TOY_SETS = tuple(TOY_CLASSES)
 IMAGE_SETS = ("mnist", "fashion_mnist", "svhn", "cifar10")
+#: Each image set's official splits, (training images, test images, (channels, height, width)).
+IMAGE_SHAPES = {
+    "mnist": (60_000, 10_000, (1, 28, 28)),
+    "fashion_mnist": (60_000, 10_000, (1, 28, 28)),
+    "svhn": (73_257, 26_032, (3, 32, 32)),
+    "cifar10": (50_000, 10_000, (3, 32, 32)),
+}
 #: Image sets whose runs embed Siamese features rather than raw pixels.
 FEATURE_SETS = (*IMAGE_SETS, "digits")
 DATASETS = (*TOY_SETS, "digits", "bunny", *IMAGE_SETS)

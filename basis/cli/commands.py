@@ -82,7 +82,7 @@ def cmd_download(args: argparse.Namespace) -> int:
         "n_test": len(data.X_test),
         "shape": list(data.X_train.shape[1:]),
         "n_classes": data.n_classes,
-    }
+    } | ({"standin": True} if data.standin else {})
     if args.out:
         write_json(args.out, summary)
     print_result(summary, args.json)
@@ -156,9 +156,8 @@ def cmd_features(args: argparse.Namespace) -> int:
         raise InputError(
             f"data set {args.dataset!r} has no images; Siamese features need one of the image sets or digits"
         )
-    with maybe_tracked(
-        args, f"{args.dataset}-features-seed{args.seed}", {"dataset": args.dataset, "seed": str(args.seed)}
-    ) as run:
+    tags = {"dataset": args.dataset, "seed": str(args.seed)} | ({"data": "standin"} if data.standin else {})
+    with maybe_tracked(args, f"{args.dataset}-features-seed{args.seed}", tags) as run:
         if run:
             run.log_params({"dataset": args.dataset, "seed": args.seed, "device": args.device, **options})
         with timed("train"):

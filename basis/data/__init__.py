@@ -8,7 +8,7 @@ scikit-learn's bundled 8x8 digits, so the whole pipeline runs offline.
 
 from __future__ import annotations
 
-import hashlib
+import sys
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,10 +18,16 @@ import numpy as np
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
-from basis.catalog import DATASETS, FEATURE_SETS, IMAGE_SETS, TEST_FRACTION  # noqa: F401 (the names, re-exported)
-from basis.data import bunny, toy
+from basis.catalog import (  # noqa: F401 (the names, re-exported)
+    DATASETS,
+    FEATURE_SETS,
+    IMAGE_SETS,
+    IMAGE_SHAPES,
+    TEST_FRACTION,
+)
+from basis.data import bunny, standins, toy
 from basis.errors import InputError
-from basis.runtime.inputs import check_path_length
+from basis.runtime.inputs import check_path_length, file_md5
 
 DEFAULT_ROOT = Path("resources/data")
 
@@ -35,7 +41,8 @@ class Dataset:
     """Train/test split of one data set.
 
     ``X_*`` are float32 arrays: images (n, c, h, w) for image sets, points (n, d)
-    otherwise. ``y_*`` are class labels, or rotation angles for ``bunny``.
+    otherwise. ``y_*`` are class labels, or rotation angles for ``bunny``. ``standin``:
+    synthetic images in the set's shapes (:mod:`basis.data.standins`), not the set.
     """
 
     name: str
@@ -43,6 +50,7 @@ class Dataset:
     y_train: np.ndarray
     X_test: np.ndarray
     y_test: np.ndarray
+    standin: bool = False
 
     @property
     def n_classes(self) -> int:
@@ -83,14 +91,6 @@ def _torchvision_spec(name: str) -> dict[str, Any]:
     return {"cls": cls, "folder": folder, "files": files}
 
 
-def _md5(path: Path) -> str:
-    digest = hashlib.md5()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _unavailable(name: str, root: Path, spec: dict[str, Any], cause: BaseException) -> DatasetUnavailableError:
     folder = (root / spec["folder"]).resolve()
     listing = "\n".join(f"  {url}  ->  {folder / filename}" for url, filename, _ in spec["files"])
@@ -108,9 +108,9 @@ def _prepare_mnist_files(root: Path, spec: dict[str, Any], verify: bool) -> None
     for _, filename, md5 in spec["files"]:
         archive, extracted = folder / filename, folder / Path(filename).stem
         if archive.exists() and not extracted.exists():
-            if verify and _md5(archive) != md5:
+            if verify and file_md5(archive) != md5:
                 raise DatasetUnavailableError(
-                    f"{archive} is incomplete or corrupt (MD5 {_md5(archive)}, expected {md5});"
+                    f"{archive} is incomplete or corrupt (MD5 {file_md5(archive)}, expected {md5});"
                     " delete it and download it again"
                 )
             extract_archive(str(archive), str(folder))
@@ -118,7 +118,7 @@ def _prepare_mnist_files(root: Path, spec: dict[str, Any], verify: bool) -> None
 
 
 #: Images per split of MNIST and Fashion-MNIST.
-IDX_COUNTS = {"train": 60_000, "t10k": 10_000}
+IDX_COUNTS = {"train": IMAGE_SHAPES["mnist"][0], "t10k": IMAGE_SHAPES["mnist"][1]}
 
 
 def _idx_header(path: Path, magic: int, dims: int) -> tuple[int, ...]:
@@ -192,9 +192,15 @@ def load_image_dataset(
 
     ``verify=False`` skips the MD5 checks of files already on disk (torchvision's
     integrity check included); it exists so tests can read tiny files in the true
-    formats, and should not be used for real data.
+    formats, and should not be used for real data. A root that holds stand-ins of
+    ``name`` (:mod:`basis.data.standins`) is checked against their manifest's MD5 sums
+    instead, and read with a note on stderr.
     """
     root = Path(root)
+    standin = standins.check_standins(root, name)
+    if standin:
+        print(f"note: {root / standins.MANIFEST} declares the {name} files synthetic stand-ins", file=sys.stderr)
+        verify = False
     spec = _torchvision_spec(name)
     cls = spec["cls"] if verify else _without_checksums(spec["cls"])
     if name in ("mnist", "fashion_mnist"):
@@ -210,7 +216,7 @@ def load_image_dataset(
     except (RuntimeError, OSError) as err:  # URLError is an OSError
         raise _unavailable(name, root, spec, err) from err
     (X_train, y_train), (X_test, y_test) = arrays
-    return Dataset(name, X_train, y_train.astype(np.int64), X_test, y_test.astype(np.int64))
+    return Dataset(name, X_train, y_train.astype(np.int64), X_test, y_test.astype(np.int64), standin)
 
 
 # -- generated and bundled sets -------------------------------------------------------------

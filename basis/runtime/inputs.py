@@ -28,6 +28,15 @@ from basis.errors import InputError
 MAX_SEED = 2**32 - 2
 
 
+def file_md5(path: str | Path) -> str:
+    """The MD5 sum of a file, read in blocks (data sets are hundreds of MB)."""
+    digest = hashlib.md5()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def check_seed(seed: Any, name: str = "--seed") -> int:
     """``seed`` as an int in [0, :data:`MAX_SEED`]."""
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed <= MAX_SEED:
