@@ -9,9 +9,11 @@
 # seeds_in_one_job; on CUDA each method's seeds trained together), timed end to end; the
 # paper's 160 runs are 4 such sets. (3) BASiS's seeds together against the same seeds in
 # turn (the baseline) and one seed alone, and each seed's scores of the two compared.
-# Writes $OUT/summary.txt. Usage: OUT=folder [DEVICE=cuda] [OLD=folder] [N_ITER=1000]
-# [SEEDS="0 ... 9"] [N_TRAIN=60000 N_TEST=10000] [METHODS="basis diffusion_net specnet1
-# specnet2"] [TOGETHER=auto] [STEP_ITERATIONS=100] bash benchmarks/gpu_paper_scale.sh
+# (4) with PROJECTION=<config>, that config's wall time projected from a sample of its jobs
+# on this device (below). Writes $OUT/summary.txt. Usage: OUT=folder [DEVICE=cuda]
+# [OLD=folder] [N_ITER=1000] [SEEDS="0 ... 9"] [N_TRAIN=60000 N_TEST=10000] [METHODS="basis
+# diffusion_net specnet1 specnet2"] [TOGETHER=auto] [STEP_ITERATIONS=100]
+# [PROJECTION=config/config.yaml [TIMINGS=folder]] bash benchmarks/gpu_paper_scale.sh
 set -uo pipefail
 OUT=${OUT:-results/gpu_paper_scale}
 DEVICE=${DEVICE:-cuda}
@@ -85,6 +87,16 @@ PY
     done
     echo "one data set's Table 1 runs (${#seeds[@]} seeds x $(wc -w <<< "$METHODS") methods): $total s;"
     echo "the paper's 4 data sets: $((4 * total)) s measured as 4 x one set (floor 900 s, goal 300 s)"
+    # (4) Given PROJECTION (a config file; config/config.yaml is the paper), its whole workflow
+    # projected from a sample of its jobs run here (benchmarks/paper_projection.py), the image
+    # sets as stand-ins of their real shapes; the tables' jobs, which need every run, take
+    # their times from TIMINGS (a folder where `make quick` finished on this box) if given.
+    if [ -n "${PROJECTION:-}" ]; then
+        "$py" benchmarks/paper_projection.py --configfile "$PROJECTION" --sample "$OUT/sample" --standins \
+            --cores "$(nproc)" --gpus 0 1 ${TIMINGS:+--timings "$TIMINGS"} > "$OUT/projection.txt" \
+            2> "$OUT/projection.err" || echo "FAILED projection: $(tail -1 "$OUT/projection.err")"
+        grep -E "^(projected wall time|the sample|not measured)" "$OUT/projection.txt"
+    fi
     # Seeds trained together against the baseline (the same seeds in turn) and one seed alone:
     # goal, the seeds together in at most 2x one seed's time; each seed's scores within 1e-6.
     [[ " $METHODS " == *" basis "* ]] || exit 0

@@ -1,33 +1,61 @@
 """How long a config's workflow takes, projected from its real DAG and measured job times.
 
 The DAG comes from a dry run of the target config (``snakemake -n --forceall`` for every
-job's rule, threads and GPU claim, ``--dag`` for what waits on what). Each rule's seconds
-per job are measured: the median over the jobs of that rule in a finished workflow run on
-the device in question (Snakemake's records in ``<folder>/.snakemake/metadata``), so the
-timing run must use the target's protocol (its ``n_iter``, data sizes, ``seeds_in_one_job``).
+job's rule, wildcards, outputs, threads and GPU claim, ``--dag`` for what waits on what).
+Each job's seconds are measured on the device in question, in one of two ways:
+
+- ``--timings FOLDER``: a finished workflow run at the target's protocol (its ``n_iter``,
+  data sizes, ``seeds_in_one_job``); each rule's jobs take the median of that rule's jobs
+  there (Snakemake's records in ``FOLDER/.snakemake/metadata``).
+- ``--sample FOLDER``: a sample of the target's own jobs is run there (a working folder of
+  its own: the checkout's results are not touched), one job of every kind, and each job
+  takes its kind's measured time. A job's kind is its rule and wildcards, except those a
+  sample stands for: the seeds (a job's), k (the kNN sweep's graph; the largest is
+  sampled) and which toy set or which image set (the toy sets are generated at one size;
+  among the image sets the largest, SVHN where the DAG has it, is sampled), so that the
+  projection is an upper bound; ``--per-dataset`` samples every data set. A job whose inputs hold more than one
+  job of a kind (a table, a figure of several runs) cannot be sampled without them all:
+  it takes its rule's median from ``--timings`` if given, else it is not measured.
+  ``--standins`` runs the sample on synthetic image sets of the real shapes and formats
+  (:mod:`basis.data.standins`), for a box without the image sets.
+
 The jobs are then scheduled as Snakemake would run them: each starts once its inputs are
 done and its threads (and, on a GPU box, a GPU slot: one job per GPU by default, as the
-job times were measured; ``--slots-per-gpu``) are free. A rule without a measured job is
-listed as not measured and counts as zero seconds, so the projection says what it lacks.
+job times were measured; ``--slots-per-gpu``) are free. A job that nothing measured counts
+as zero seconds and the report says so.
 
     python benchmarks/paper_projection.py --configfile config/quick.yaml --timings . --cores 2
-    python benchmarks/paper_projection.py --configfile config/config.yaml --timings gpu_run --cores 16 --gpus 1 4
+    python benchmarks/paper_projection.py --configfile config/config.yaml --sample sample --standins \\
+        --timings quick_run --cores 16 --gpus 1 4
 
-When the timing run is a run of the target config itself, its measured wall time (first
-job's start to last job's end) is printed beside the projection: the check of the model.
+The report says which figures are measured and which projected. When the timing run is a
+run of the target config itself, its measured wall time (first job's start to last job's
+end) is printed beside the projection: the check of the model; a sample's own wall time
+is printed beside its projection too.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import hashlib
 import heapq
 import json
+import os
 import re
 import statistics
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+from basis.catalog import IMAGE_SETS, IMAGE_SHAPES, TOY_SETS
+
+CHECKOUT = Path(__file__).resolve().parents[1]
+#: Wildcards a sampled job stands for: its seeds (one job's) and the kNN sweep's k.
+SAMPLE_STANDS_FOR = ("seed", "k")
+#: The file that marks a folder as a sample of one config.
+SAMPLE_MARK = "projection-sample.json"
 
 
 @dataclass
@@ -35,14 +63,17 @@ class Job:
     rule: str
     threads: int = 1
     gpu: bool = False  # claims a GPU slot on a GPU box
+    gpu_here: bool = False  # claims one on the box that planned it (a GPU is visible there)
     has_output: bool = True  # a target rule (``all``) has none and takes no time
     priority: int = 0
     needs: set[int] = field(default_factory=set)
+    wildcards: dict[str, str] = field(default_factory=dict)
+    outputs: list[str] = field(default_factory=list)
 
 
 def parse_dry_run(text: str) -> dict[int, Job]:
-    """Every job of a dry run's listing (``snakemake -n``): its rule, threads, GPU claim and
-    priority, by job id."""
+    """Every job of a dry run's listing (``snakemake -n``): its rule, threads, GPU claim,
+    priority, wildcards and outputs, by job id."""
     jobs = {}
     for block in re.split(r"\n(?=(?:local)?rule \S+:\n)", text):
         head = re.match(r"(?:local)?rule (\S+):\n", block)
@@ -52,12 +83,17 @@ def parse_dry_run(text: str) -> dict[int, Job]:
         threads = re.search(r"^\s+threads: (\d+)$", block, re.M)
         priority = re.search(r"^\s+priority: (-?\d+)$", block, re.M)
         resources = re.search(r"^\s+resources: (.*)$", block, re.M)
+        wildcards = re.search(r"^\s+wildcards: (.*)$", block, re.M)
+        outputs = re.search(r"^\s+output: (.*)$", block, re.M)
         jobs[int(jobid.group(1))] = Job(
             rule=head.group(1),
             threads=int(threads.group(1)) if threads else 1,
             gpu=bool(resources and "gpu_slot=" in resources.group(1)),
+            gpu_here=bool(resources and re.search(r"gpu_slot=[1-9]", resources.group(1))),
             priority=int(priority.group(1)) if priority else 0,
-            has_output=bool(re.search(r"^\s+output: ", block, re.M)),
+            has_output=outputs is not None,
+            wildcards=dict(item.split("=", 1) for item in wildcards.group(1).split(", ")) if wildcards else {},
+            outputs=outputs.group(1).split(", ") if outputs else [],
         )
     return jobs
 
@@ -69,29 +105,55 @@ def parse_dag(dot: str, jobs: dict[int, Job]) -> None:
             jobs[int(after)].needs.add(int(before))
 
 
-def measured_seconds(folder: Path) -> tuple[dict[str, list[float]], float | None]:
-    """Each rule's job durations in a finished run in ``folder`` (Snakemake's metadata, one
-    record per output, grouped by job), and the run's wall time (first start to last end)."""
-    spans: dict[int | str, tuple[str, float, float]] = {}
-    for record in (folder / ".snakemake" / "metadata").glob("*"):
+@dataclass
+class Span:
+    """One finished job of a run: its rule, start, end and outputs."""
+
+    rule: str
+    start: float
+    end: float
+    outputs: list[str]
+
+
+def _record_output(record: Path, metadata: Path) -> str:
+    """The output path a Snakemake metadata record is named after: URL-safe base64,
+    split over folders whose names start with '@' when longer than a file name may be."""
+    parts = record.relative_to(metadata).parts
+    return base64.urlsafe_b64decode("".join(part.removeprefix("@") for part in parts)).decode()
+
+
+def finished_jobs(folder: Path) -> list[Span]:
+    """Each finished job of the run in ``folder`` (Snakemake's metadata, one record per
+    output, grouped into jobs by their hash)."""
+    metadata = folder / ".snakemake" / "metadata"
+    spans: dict[int | str, Span] = {}
+    for record in (path for path in metadata.rglob("*") if path.is_file()):
         meta = json.loads(record.read_text())
         if meta.get("incomplete") or meta.get("starttime") is None or meta.get("endtime") is None:
             continue
         key = meta.get("job_hash", record.name)
-        rule, start, end = spans.get(key, (meta["rule"], meta["starttime"], meta["endtime"]))
-        spans[key] = (rule, min(start, meta["starttime"]), max(end, meta["endtime"]))
+        span = spans.setdefault(key, Span(meta["rule"], meta["starttime"], meta["endtime"], []))
+        span.start, span.end = min(span.start, meta["starttime"]), max(span.end, meta["endtime"])
+        span.outputs.append(_record_output(record, metadata))
+    return list(spans.values())
+
+
+def measured_seconds(folder: Path) -> tuple[dict[str, list[float]], float | None]:
+    """Each rule's job durations in a finished run in ``folder``, and the run's wall time
+    (first start to last end)."""
+    spans = finished_jobs(folder)
     per_rule: dict[str, list[float]] = {}
-    for rule, start, end in spans.values():
-        per_rule.setdefault(rule, []).append(end - start)
+    for span in spans:
+        per_rule.setdefault(span.rule, []).append(span.end - span.start)
     per_rule = {rule: sorted(times) for rule, times in per_rule.items()}
-    wall = max(e for _, _, e in spans.values()) - min(s for _, s, _ in spans.values()) if spans else None
+    wall = max(s.end for s in spans) - min(s.start for s in spans) if spans else None
     return per_rule, wall
 
 
-def schedule(jobs: dict[int, Job], seconds: dict[str, float], cores: int, gpus: int) -> float:
-    """The wall time of ``jobs`` on ``cores`` cores and ``gpus`` GPU slots (0: GPU jobs run
-    on the CPU), each job starting once its inputs are done and its threads and a slot are
-    free, the highest priority first (Snakemake's order)."""
+def schedule(jobs: dict[int, Job], seconds: dict[int, float], cores: int, gpus: int) -> float:
+    """The wall time of ``jobs`` (``seconds`` each, by job id) on ``cores`` cores and
+    ``gpus`` GPU slots (0: GPU jobs run on the CPU), each job starting once its inputs are
+    done and its threads and a slot are free, the highest priority first (Snakemake's order)."""
     waiting = {j: set(job.needs) for j, job in jobs.items()}
     ready = [(-job.priority, j) for j, job in jobs.items() if not job.needs]
     heapq.heapify(ready)
@@ -107,7 +169,7 @@ def schedule(jobs: dict[int, Job], seconds: dict[str, float], cores: int, gpus: 
             if threads <= free_cores and (not needs_gpu or free_gpus > 0):
                 free_cores -= threads
                 free_gpus -= needs_gpu
-                heapq.heappush(running, (now + seconds.get(job.rule, 0.0), j))
+                heapq.heappush(running, (now + seconds.get(j, 0.0), j))
             else:
                 held.append((priority, j))
         for item in held:
@@ -126,6 +188,210 @@ def schedule(jobs: dict[int, Job], seconds: dict[str, float], cores: int, gpus: 
     return now
 
 
+# -- the sample ----------------------------------------------------------------------------
+def _family(value: str) -> str:
+    """What a data set's name stands for in a sample: the toy sets one size, the image sets
+    one kind of input (a sample takes the largest)."""
+    return "toy" if value in TOY_SETS else "image" if value in IMAGE_SETS else value
+
+
+def job_kind(job: Job, per_dataset: bool = False) -> str:
+    """A job's kind: its rule and wildcards, less those a sample stands for."""
+    kept = {
+        name: value if per_dataset else _family(value)
+        for name, value in sorted(job.wildcards.items())
+        if name not in SAMPLE_STANDS_FOR
+    }
+    return job.rule + (f"[{', '.join(f'{n}={v}' for n, v in kept.items())}]" if kept else "")
+
+
+def _size(job: Job) -> tuple[int, int]:
+    """How much work a job's wildcards ask for, of what a sample stands for: the points of
+    the largest image set they name, then the kNN graph's k (0 for none)."""
+    points = max((sum(IMAGE_SHAPES[v][:2]) for v in job.wildcards.values() if v in IMAGE_SHAPES), default=0)
+    return points, int(job.wildcards.get("k", 0))
+
+
+def ancestors(jobs: dict[int, Job], j: int) -> set[int]:
+    """Every job that ``j`` waits for, directly or not."""
+    found, stack = set(), list(jobs[j].needs)
+    while stack:
+        i = stack.pop()
+        if i not in found:
+            found.add(i)
+            stack.extend(jobs[i].needs)
+    return found
+
+
+def choose_sample(jobs: dict[int, Job], per_dataset: bool = False, rules: list[str] | None = None) -> dict[str, int]:
+    """One job of every kind that can be run alone (its inputs hold at most one job of any
+    kind), by kind: the largest (data set, then k) first, so that the projection is an upper
+    bound, then the one that adds the fewest jobs to those already chosen (their inputs
+    included). ``rules``: only kinds of these rules."""
+    kinds: dict[str, list[int]] = {}
+    for j, job in sorted(jobs.items()):
+        if job.has_output and (rules is None or job.rule in rules):
+            kinds.setdefault(job_kind(job, per_dataset), []).append(j)
+    closure = {j: ancestors(jobs, j) | {j} for j in jobs}
+
+    def alone(j: int) -> bool:
+        found = [job_kind(jobs[i], per_dataset) for i in closure[j] if jobs[i].has_output]
+        return len(found) == len(set(found))
+
+    chosen: dict[str, int] = {}
+    running: set[int] = set()
+    for kind in sorted(kinds, key=lambda k: (min(len(closure[j]) for j in kinds[k]), k)):  # inputs first
+        candidates = [j for j in kinds[kind] if alone(j)]
+        if candidates:
+            best = min(candidates, key=lambda j: (*(-n for n in _size(jobs[j])), len(closure[j] - running), j))
+            chosen[kind] = best
+            running |= closure[best]
+    return chosen
+
+
+def sample_targets(jobs: dict[int, Job], chosen: dict[str, int]) -> list[str]:
+    """One output of each chosen job: the targets that make Snakemake run the sample."""
+    return [jobs[j].outputs[0] for j in chosen.values()]
+
+
+def _config_digest(configfile: Path) -> str:
+    return hashlib.sha256(configfile.read_bytes()).hexdigest()
+
+
+def check_sample_folder(folder: Path, configfile: Path) -> None:
+    """A sample runs in a folder of its own: new, empty, or one this script made for the same
+    config (then what it finished is kept). Anything else would be written into: refused."""
+    mark = folder / SAMPLE_MARK
+    if folder.exists() and not folder.is_dir():
+        raise ValueError(f"--sample {folder} is a file, not a folder")
+    if mark.is_file():
+        made_for = json.loads(mark.read_text())
+        if made_for.get("config_sha256") != _config_digest(configfile):
+            raise ValueError(
+                f"--sample {folder} holds a sample of {made_for.get('configfile')} as it was then;"
+                " give another folder, or delete this one"
+            )
+    elif folder.is_dir() and any(folder.iterdir()):
+        raise ValueError(f"--sample {folder} is neither empty nor a sample's folder; give a new one")
+
+
+def run_sample(folder: Path, configfile: Path, targets: list[str], cores: int, standins: list[str] | None) -> float:
+    """Run ``targets`` and what they need with the target's config in ``folder`` (image sets
+    from stand-ins written there when ``standins`` lists them); the sample's wall time."""
+    folder.mkdir(parents=True, exist_ok=True)
+    mark = {"configfile": str(configfile), "config_sha256": _config_digest(configfile)}
+    (folder / SAMPLE_MARK).write_text(json.dumps(mark, indent=2))
+    command = [sys.executable, "-m", "snakemake", *targets, "--snakefile", str(CHECKOUT / "Snakefile")]
+    command += ["--directory", str(folder), "--configfile", str(configfile), "--cores", str(cores)]
+    # GPU jobs one at a time, as the projection takes each job's time for a job alone on its GPU
+    command += ["--resources", "gpu_slot=1"]
+    if standins:
+        from basis.data.standins import write_standins
+
+        root = folder / "standins"
+        write_standins(root, standins)
+        command += ["--config", f"data_root={root}"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(CHECKOUT), os.environ.get("PYTHONPATH")]))}
+    with open(folder / "sample.log", "w") as log:  # Snakemake's progress, to follow while it runs
+        done = subprocess.run(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+    if done.returncode != 0:
+        raise RuntimeError(f"the sample run failed (exit {done.returncode}); its log: {folder / 'sample.log'}")
+    spans = finished_jobs(folder)
+    return max(s.end for s in spans) - min(s.start for s in spans) if spans else 0.0
+
+
+def sampled_seconds(jobs: dict[int, Job], folder: Path, per_dataset: bool) -> tuple[dict[str, float], dict[int, float]]:
+    """Each kind's mean seconds over the jobs of the sample in ``folder``, and each of those
+    jobs' own seconds (by the target DAG's job id, matched by output)."""
+    by_output = {output: j for j, job in jobs.items() for output in job.outputs}
+    own: dict[int, float] = {}
+    for span in finished_jobs(folder):
+        matched = {by_output[o] for o in span.outputs if o in by_output}
+        if len(matched) == 1:
+            own[matched.pop()] = span.end - span.start
+    per_kind: dict[str, list[float]] = {}
+    for j, seconds in own.items():
+        per_kind.setdefault(job_kind(jobs[j], per_dataset), []).append(seconds)
+    return {kind: statistics.mean(times) for kind, times in per_kind.items()}, own
+
+
+# -- the report ----------------------------------------------------------------------------
+@dataclass
+class Estimate:
+    """Each job's projected seconds and where each group of jobs' figure comes from."""
+
+    seconds: dict[int, float]
+    source: dict[str, str]  # group -> "measured ...", "projected ...", "not measured"
+    group: dict[int, str]  # job id -> its group (rule, or kind in a sample)
+
+
+def from_timings(jobs: dict[int, Job], per_rule: dict[str, list[float]]) -> Estimate:
+    """Each job at its rule's median in a finished run at the target's protocol."""
+    median = {rule: statistics.median(times) for rule, times in per_rule.items()}
+    seconds = {j: median.get(job.rule, 0.0) for j, job in jobs.items() if job.has_output}
+    source = {job.rule: ("measured" if job.rule in median else "**not measured**") for job in jobs.values()}
+    return Estimate(seconds, source, {j: job.rule for j, job in jobs.items()})
+
+
+def from_sample(
+    jobs: dict[int, Job],
+    per_kind: dict[str, float],
+    own: dict[int, float],
+    per_rule: dict[str, list[float]],
+    timings: str | None,
+    per_dataset: bool,
+) -> Estimate:
+    """Each job at its kind's time in the sample; a kind the sample lacks at its rule's
+    median in ``per_rule`` (the run in ``timings``), else not measured."""
+    median = {rule: statistics.median(times) for rule, times in per_rule.items()}
+    group = {j: job_kind(job, per_dataset) for j, job in jobs.items()}
+    sampled: dict[str, set[str]] = {}  # kind -> the wildcards of its jobs in the sample
+    for j in own:
+        sampled.setdefault(group[j], set()).add(", ".join(f"{k}={v}" for k, v in jobs[j].wildcards.items()))
+    seconds, source = {}, {}
+    for j, job in jobs.items():
+        kind = group[j]
+        if not job.has_output:
+            continue
+        if kind in per_kind:
+            seconds[j] = per_kind[kind]
+            source[kind] = "sampled" + "".join(f" ({w})" for w in sorted(sampled[kind]) if w)
+        elif job.rule in median:
+            seconds[j] = median[job.rule]
+            source[kind] = f"projected: the median of {len(per_rule[job.rule])} in {timings}"
+        else:
+            seconds[j] = 0.0
+            source[kind] = "**not measured**"
+    return Estimate(seconds, source, group)
+
+
+def report(jobs: dict[int, Job], estimate: Estimate, cores: int, gpus: list[int], slots_per_gpu: int = 1) -> str:
+    counts: dict[str, int] = {}
+    totals: dict[str, float] = {}
+    for j, job in jobs.items():
+        if job.has_output:  # a target rule (all) is not a job that takes time
+            name = estimate.group[j]
+            counts[name] = counts.get(name, 0) + 1
+            totals[name] = totals.get(name, 0.0) + estimate.seconds[j]
+    lines = ["| jobs of | jobs | s per job | total s | |", "|---|---:|---:|---:|---|"]
+    for name in sorted(counts, key=lambda n: (-totals[n], n)):
+        if "not measured" in estimate.source[name]:
+            lines.append(f"| {name} | {counts[name]} | - | - | {estimate.source[name]} |")
+        else:
+            each = totals[name] / counts[name]
+            lines.append(f"| {name} | {counts[name]} | {each:.1f} | {totals[name]:.0f} | {estimate.source[name]} |")
+    lines.append(f"| all | {sum(counts.values())} | | {sum(totals.values()):.0f} | |")
+    lines.append("")
+    for n in gpus:
+        where = f"{n} GPU{'s' if n != 1 else ''} and {cores} cores" if n else f"{cores} cores, no GPU"
+        wall = schedule(jobs, estimate.seconds, cores, n * slots_per_gpu)
+        lines.append(f"projected wall time on {where}: {wall:.0f} s ({wall / 3600:.2f} h)")
+    missing = sorted(name for name in counts if "not measured" in estimate.source[name])
+    if missing:
+        lines.append(f"not measured (counted as 0 s): {', '.join(missing)}")
+    return "\n".join(lines)
+
+
 def snakemake_plan(configfile: str, workdir: Path, cores: int) -> dict[int, Job]:
     """The jobs of ``configfile``'s whole workflow (every job forced) as Snakemake plans them
     with ``cores`` cores (threads are capped there), with their dependencies."""
@@ -137,39 +403,16 @@ def snakemake_plan(configfile: str, workdir: Path, cores: int) -> dict[int, Job]
     return jobs
 
 
-def report(
-    jobs: dict[int, Job], per_rule: dict[str, list[float]], cores: int, gpus: list[int], slots_per_gpu: int = 1
-) -> str:
-    seconds = {rule: statistics.median(times) for rule, times in per_rule.items()}
-    seconds |= {job.rule: 0.0 for job in jobs.values() if not job.has_output}
-    counts: dict[str, int] = {}
-    for job in jobs.values():
-        if job.has_output:  # a target rule (all) is not a job that takes time
-            counts[job.rule] = counts.get(job.rule, 0) + 1
-    lines = ["| rule | jobs | s per job | total s | |", "|---|---:|---:|---:|---|"]
-    for rule in sorted(counts, key=lambda r: -counts[r] * seconds.get(r, 0.0)):
-        if rule in seconds:
-            each = seconds[rule]
-            lines.append(f"| {rule} | {counts[rule]} | {each:.1f} | {counts[rule] * each:.0f} | measured |")
-        else:
-            lines.append(f"| {rule} | {counts[rule]} | - | - | **not measured** |")
-    lines.append(f"| all | {sum(counts.values())} | | {sum(counts[r] * seconds.get(r, 0.0) for r in counts):.0f} | |")
-    lines.append("")
-    for n in gpus:
-        where = f"{n} GPU{'s' if n != 1 else ''} and {cores} cores" if n else f"{cores} cores, no GPU"
-        wall = schedule(jobs, seconds, cores, n * slots_per_gpu)
-        lines.append(f"projected wall time on {where}: {wall:.0f} s ({wall / 3600:.2f} h)")
-    missing = sorted(set(counts) - set(seconds))
-    if missing:
-        lines.append(f"not measured (counted as 0 s): {', '.join(missing)}")
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--configfile", required=True, help="the config whose workflow is projected")
-    parser.add_argument("--timings", default=".", help="a folder where a run at that config's protocol finished")
+    parser.add_argument("--timings", help="a folder where a run at that config's protocol finished")
+    parser.add_argument("--sample", help="a folder of its own to run one job of every kind of the DAG in")
+    parser.add_argument("--standins", action="store_true", help="the sample's image sets: synthetic stand-ins")
+    parser.add_argument("--per-dataset", action="store_true", help="sample every data set, not one of a family")
+    parser.add_argument("--rules", nargs="+", help="sample only the jobs of these rules (and what they need)")
     parser.add_argument("--cores", type=int, required=True, help="the cores Snakemake is given")
+    parser.add_argument("--sample-cores", type=int, help="the cores the sample runs on (default: this box's)")
     parser.add_argument("--gpus", type=int, nargs="+", default=[0], help="GPU counts to project for (0: CPU only)")
     parser.add_argument(
         "--slots-per-gpu",
@@ -179,19 +422,58 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--workdir", default=".", help="the checkout the dry run plans in")
     args = parser.parse_args(argv)
-    per_rule, wall = measured_seconds(Path(args.timings))
-    if not per_rule:
-        print(f"--timings {args.timings}: no finished job in .snakemake/metadata", file=sys.stderr)
-        return 2
     try:
+        if args.timings is None and args.sample is None:
+            raise ValueError("give --timings (a finished run), --sample (a folder to run a sample in) or both")
+        if (args.standins or args.per_dataset or args.rules) and args.sample is None:
+            raise ValueError("--standins, --per-dataset and --rules choose a sample: give --sample too")
+        if args.cores < 1 or args.slots_per_gpu < 1 or min(args.gpus) < 0 or (args.sample_cores or 1) < 1:
+            raise ValueError("--cores, --sample-cores and --slots-per-gpu take at least 1, --gpus at least 0")
+        if args.sample_cores and args.sample is None:
+            raise ValueError("--sample-cores is the sample's: give --sample too")
+        per_rule, wall = measured_seconds(Path(args.timings)) if args.timings else ({}, None)
+        if args.timings and not per_rule:
+            raise ValueError(f"--timings {args.timings}: no finished job in .snakemake/metadata")
+        if args.sample:
+            check_sample_folder(Path(args.sample), Path(args.configfile).resolve())
         jobs = snakemake_plan(args.configfile, Path(args.workdir), args.cores)
+        unknown = sorted(set(args.rules or []) - {job.rule for job in jobs.values()})
+        if unknown:
+            raise ValueError(f"--rules {' '.join(unknown)}: not a rule of the DAG")
     except subprocess.CalledProcessError as err:  # a config the dry run refuses: its own last line
         lines = f"{err.stderr}\n{err.stdout}".strip().splitlines()  # Snakemake prints its error to stdout
         print(f"--configfile {args.configfile}: {lines[-1] if lines else 'the dry run failed'}", file=sys.stderr)
         return 2
-    print(report(jobs, per_rule, args.cores, args.gpus, args.slots_per_gpu))
-    if wall is not None:
-        print(f"measured wall time of the timing run: {wall:.0f} s (first start to last end)")
+    except (ValueError, OSError) as err:
+        print(err, file=sys.stderr)
+        return 2
+    if args.sample is None:
+        print(report(jobs, from_timings(jobs, per_rule), args.cores, args.gpus, args.slots_per_gpu))
+        if wall is not None:
+            print(f"measured wall time of the timing run: {wall:.0f} s (first start to last end)")
+        return 0
+    folder = Path(args.sample).resolve()
+    chosen = choose_sample(jobs, args.per_dataset, args.rules)
+    closure = set().union(*(ancestors(jobs, j) | {j} for j in chosen.values()))
+    image_sets = sorted({v for j in closure for v in jobs[j].wildcards.values() if v in IMAGE_SETS})
+    sample_cores = args.sample_cores or len(os.sched_getaffinity(0))
+    targets = sample_targets(jobs, chosen)
+    standins = image_sets if args.standins else None
+    try:
+        sample_wall = run_sample(folder, Path(args.configfile).resolve(), targets, sample_cores, standins)
+    except RuntimeError as err:  # a job of the sample failed: not the arguments' fault
+        print(err, file=sys.stderr)
+        return 1
+    per_kind, own = sampled_seconds(jobs, folder, args.per_dataset)
+    estimate = from_sample(jobs, per_kind, own, per_rule, args.timings, args.per_dataset)
+    print(report(jobs, estimate, args.cores, args.gpus, args.slots_per_gpu))
+    # the model's check: the sample's own jobs scheduled as it ran them (one GPU job at a time)
+    sampled = {j: replace(jobs[j], needs=jobs[j].needs & set(own)) for j in own}
+    model = schedule(sampled, own, sample_cores, int(any(job.gpu_here for job in sampled.values())))
+    print(
+        f"the sample: {len(own)} jobs in {sample_wall:.0f} s (first start to last end), {model:.0f} s as this"
+        f" model schedules them{' on stand-ins of ' + ', '.join(image_sets) if args.standins else ''}"
+    )
     return 0
 
 
