@@ -355,7 +355,8 @@ def from_sample(
             continue
         if kind in per_kind:
             seconds[j] = per_kind[kind]
-            source[kind] = "sampled" + "".join(f" ({w})" for w in sorted(sampled[kind]) if w)
+            named = "; ".join(w for w in sorted(sampled[kind]) if w)
+            source[kind] = f"sampled ({named})" if named else "sampled"
         elif job.rule in median:
             seconds[j] = median[job.rule]
             source[kind] = f"projected: the median of {len(per_rule[job.rule])} in {timings}"

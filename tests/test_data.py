@@ -303,6 +303,7 @@ def test_a_manifest_covers_only_the_sets_it_lists(tmp_path, rng):
         scipy.io.savemat(tmp_path / f"{split}_32x32.mat", {"X": X, "y": np.ones((n, 1), np.uint8)})
     with pytest.raises(DatasetUnavailableError):
         load_dataset("svhn", root=tmp_path, download=False)
-    (tmp_path / "STANDINS.json").write_text("[1, 2]")
-    with pytest.raises(InputError, match="is not a stand-in manifest"):
-        load_dataset("mnist", root=tmp_path, download=False)
+    for manifest in ("[1, 2]", '{"sets": {"mnist": {"files": ["a"]}}}', "{"):
+        (tmp_path / "STANDINS.json").write_text(manifest)
+        with pytest.raises(InputError, match="is not a stand-in manifest"):
+            load_dataset("mnist", root=tmp_path, download=False)

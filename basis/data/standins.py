@@ -162,6 +162,10 @@ def read_manifest(root: str | Path) -> dict | None:
         manifest = json.loads(path.read_text())
         if not isinstance(manifest.get("sets"), dict):
             raise ValueError("no 'sets' object")
+        for name, held in manifest["sets"].items():
+            files = held.get("files") if isinstance(held, dict) else None
+            if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+                raise ValueError(f"set {name!r} lists no files with their MD5 sums")
         return manifest
     except (OSError, ValueError, AttributeError) as err:
         raise InputError(
