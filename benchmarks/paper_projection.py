@@ -265,7 +265,12 @@ def check_sample_folder(folder: Path, configfile: Path) -> None:
     if folder.exists() and not folder.is_dir():
         raise ValueError(f"--sample {folder} is a file, not a folder")
     if mark.is_file():
-        made_for = json.loads(mark.read_text())
+        try:
+            made_for = json.loads(mark.read_text())
+        except ValueError:
+            made_for = None
+        if not isinstance(made_for, dict):
+            raise ValueError(f"--sample {folder}: its {SAMPLE_MARK} is not this script's; give a new folder")
         if made_for.get("config_sha256") != _config_digest(configfile):
             raise ValueError(
                 f"--sample {folder} holds a sample of {made_for.get('configfile')} as it was then;"
@@ -325,9 +330,13 @@ class Estimate:
     group: dict[int, str]  # job id -> its group (rule, or kind in a sample)
 
 
+def _medians(per_rule: dict[str, list[float]]) -> dict[str, float]:
+    return {rule: statistics.median(times) for rule, times in per_rule.items()}
+
+
 def from_timings(jobs: dict[int, Job], per_rule: dict[str, list[float]]) -> Estimate:
     """Each job at its rule's median in a finished run at the target's protocol."""
-    median = {rule: statistics.median(times) for rule, times in per_rule.items()}
+    median = _medians(per_rule)
     seconds = {j: median.get(job.rule, 0.0) for j, job in jobs.items() if job.has_output}
     source = {job.rule: ("measured" if job.rule in median else "**not measured**") for job in jobs.values()}
     return Estimate(seconds, source, {j: job.rule for j, job in jobs.items()})
@@ -343,7 +352,7 @@ def from_sample(
 ) -> Estimate:
     """Each job at its kind's time in the sample; a kind the sample lacks at its rule's
     median in ``per_rule`` (the run in ``timings``), else not measured."""
-    median = {rule: statistics.median(times) for rule, times in per_rule.items()}
+    median = _medians(per_rule)
     group = {j: job_kind(job, per_dataset) for j, job in jobs.items()}
     sampled: dict[str, set[str]] = {}  # kind -> the wildcards of its jobs in the sample
     for j in own:
@@ -455,6 +464,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     folder = Path(args.sample).resolve()
     chosen = choose_sample(jobs, args.per_dataset, args.rules)
+    if not chosen:  # no targets would make Snakemake run the whole workflow
+        rules = " ".join(args.rules)
+        print(
+            f"--rules {rules}: each of their jobs needs several of one kind; time them with --timings", file=sys.stderr
+        )
+        return 2
     closure = set().union(*(ancestors(jobs, j) | {j} for j in chosen.values()))
     image_sets = sorted({v for j in closure for v in jobs[j].wildcards.values() if v in IMAGE_SETS})
     sample_cores = args.sample_cores or len(os.sched_getaffinity(0))

@@ -208,6 +208,9 @@ def test_a_sample_runs_in_a_folder_of_its_own(tmp_path):
     config.write_text("name: b\n")
     with pytest.raises(ValueError, match="holds a sample of"):
         projection.check_sample_folder(sample, config)
+    (sample / projection.SAMPLE_MARK).write_text("[")
+    with pytest.raises(ValueError, match="is not this script's"):
+        projection.check_sample_folder(sample, config)
 
 
 @pytest.mark.parametrize(
@@ -217,6 +220,8 @@ def test_a_sample_runs_in_a_folder_of_its_own(tmp_path):
         (["--cores", "2", "--timings", ".", "--standins"], "give --sample too"),
         (["--cores", "0", "--sample", "{sample}"], "take at least 1"),
         (["--cores", "2", "--sample", "{sample}", "--rules", "nope"], "--rules nope: not a rule of the DAG"),
+        # no job of theirs can run alone, and no target would run the whole workflow
+        (["--cores", "2", "--sample", "{sample}", "--rules", "table1"], "each of their jobs needs several of one kind"),
     ],
 )
 def test_bad_arguments_are_one_line_and_exit_2(tmp_path, capsys, arguments, message):
