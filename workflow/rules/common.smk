@@ -427,9 +427,15 @@ STUDY_OUTPUTS = ["results/{folder}/metrics.json", "results/{folder}/arrays.npz"]
 RUNS_IN_ONE_JOB = config.get("runs_in_one_job", False)
 
 
+def runs_per_dataset(name):
+    """Whether study ``name``'s runs differ in their data set only: its command then names
+    them (``--datasets``), one or all, and tags each run itself."""
+    return STUDIES[name].runs == "datasets"
+
+
 def runs_share_job(name):
     """Whether study ``name``'s runs share one job (its rule then has no {run} wildcard)."""
-    return RUNS_IN_ONE_JOB and STUDIES[name].runs == "datasets"
+    return RUNS_IN_ONE_JOB and runs_per_dataset(name)
 
 
 def study_job_runs(name, wildcards):
@@ -475,7 +481,7 @@ def study_inputs(name):
 def study_command(name):
     def command(wildcards):
         runs = study_job_runs(name, wildcards)
-        if STUDIES[name].runs == "datasets":
+        if runs_per_dataset(name):
             # the runs differ in their data set only: the shared settings, then each data set
             # (the command names and tags each data set's run, in a job of one run or of all)
             settings = {k: v for k, v in STUDY_RUNS[name][runs[0]].items() if k != "dataset"}
@@ -501,7 +507,7 @@ def study_command(name):
 
 def study_variant(name, wildcards):
     """The variant tag of a study job, unless its command names its runs (--datasets)."""
-    if STUDIES[name].runs == "datasets":
+    if runs_per_dataset(name):
         return None
     return "-".join(filter(None, [name, wildcards.get("run")]))
 
