@@ -138,6 +138,11 @@ def finished_jobs(folder: Path) -> list[Span]:
     return list(spans.values())
 
 
+def wall_time(spans: list[Span]) -> float | None:
+    """A run's wall time, its first job's start to its last job's end (None: no job)."""
+    return max(s.end for s in spans) - min(s.start for s in spans) if spans else None
+
+
 def measured_seconds(folder: Path) -> tuple[dict[str, list[float]], float | None]:
     """Each rule's job durations in a finished run in ``folder``, and the run's wall time
     (first start to last end)."""
@@ -146,8 +151,7 @@ def measured_seconds(folder: Path) -> tuple[dict[str, list[float]], float | None
     for span in spans:
         per_rule.setdefault(span.rule, []).append(span.end - span.start)
     per_rule = {rule: sorted(times) for rule, times in per_rule.items()}
-    wall = max(s.end for s in spans) - min(s.start for s in spans) if spans else None
-    return per_rule, wall
+    return per_rule, wall_time(spans)
 
 
 def schedule(jobs: dict[int, Job], seconds: dict[int, float], cores: int, gpus: int) -> float:
@@ -280,9 +284,9 @@ def check_sample_folder(folder: Path, configfile: Path) -> None:
         raise ValueError(f"--sample {folder} is neither empty nor a sample's folder; give a new one")
 
 
-def run_sample(folder: Path, configfile: Path, targets: list[str], cores: int, standins: list[str] | None) -> float:
+def run_sample(folder: Path, configfile: Path, targets: list[str], cores: int, standins: list[str] | None) -> None:
     """Run ``targets`` and what they need with the target's config in ``folder`` (image sets
-    from stand-ins written there when ``standins`` lists them); the sample's wall time."""
+    from stand-ins written there when ``standins`` lists them)."""
     folder.mkdir(parents=True, exist_ok=True)
     mark = {"configfile": str(configfile), "config_sha256": _config_digest(configfile)}
     (folder / SAMPLE_MARK).write_text(json.dumps(mark, indent=2))
@@ -301,16 +305,16 @@ def run_sample(folder: Path, configfile: Path, targets: list[str], cores: int, s
         done = subprocess.run(command, env=env, stdout=log, stderr=subprocess.STDOUT)
     if done.returncode != 0:
         raise RuntimeError(f"the sample run failed (exit {done.returncode}); its log: {folder / 'sample.log'}")
-    spans = finished_jobs(folder)
-    return max(s.end for s in spans) - min(s.start for s in spans) if spans else 0.0
 
 
-def sampled_seconds(jobs: dict[int, Job], folder: Path, per_dataset: bool) -> tuple[dict[str, float], dict[int, float]]:
-    """Each kind's mean seconds over the jobs of the sample in ``folder``, and each of those
+def sampled_seconds(
+    jobs: dict[int, Job], spans: list[Span], per_dataset: bool
+) -> tuple[dict[str, float], dict[int, float]]:
+    """Each kind's mean seconds over the sample's finished jobs ``spans``, and each of those
     jobs' own seconds (by the target DAG's job id, matched by output)."""
     by_output = {output: j for j, job in jobs.items() for output in job.outputs}
     own: dict[int, float] = {}
-    for span in finished_jobs(folder):
+    for span in spans:
         matched = {by_output[o] for o in span.outputs if o in by_output}
         if len(matched) == 1:
             own[matched.pop()] = span.end - span.start
@@ -476,11 +480,13 @@ def main(argv: list[str] | None = None) -> int:
     targets = sample_targets(jobs, chosen)
     standins = image_sets if args.standins else None
     try:
-        sample_wall = run_sample(folder, Path(args.configfile).resolve(), targets, sample_cores, standins)
+        run_sample(folder, Path(args.configfile).resolve(), targets, sample_cores, standins)
     except RuntimeError as err:  # a job of the sample failed: not the arguments' fault
         print(err, file=sys.stderr)
         return 1
-    per_kind, own = sampled_seconds(jobs, folder, args.per_dataset)
+    spans = finished_jobs(folder)
+    sample_wall = wall_time(spans) or 0.0
+    per_kind, own = sampled_seconds(jobs, spans, args.per_dataset)
     estimate = from_sample(jobs, per_kind, own, per_rule, args.timings, args.per_dataset)
     print(report(jobs, estimate, args.cores, args.gpus, args.slots_per_gpu))
     # the model's check: the sample's own jobs scheduled as it ran them (one GPU job at a time)
