@@ -15,6 +15,7 @@ import torch
 from sklearn.neighbors import KNeighborsClassifier
 
 from basis.errors import InputError
+from basis.estimators.training import TrainingLoop
 from basis.models import SiameseCNN
 from basis.runtime.determinism import fixed_order_convolutions
 from basis.runtime.device import resolve_device
@@ -110,7 +111,13 @@ class SiameseFeatures:
         return self
 
     def step(self) -> float:
-        """One Adam step on a fresh set of balanced pairs; returns the contrastive loss."""
+        """One Adam step on a fresh set of balanced pairs; returns the contrastive loss (a
+        read from the device: a loop of one's own, as Algorithm 2's, reads each step's)."""
+        self.loss_curve_.append(float(self._train_step()))
+        return self.loss_curve_[-1]
+
+    def _train_step(self) -> torch.Tensor:
+        """:meth:`step`, its loss left on the device."""
         self.model_.train()
         first, second, same = balanced_pairs(self.labels_, self.pairs_per_step, self.rng_)
         with fixed_order_convolutions():
@@ -119,16 +126,21 @@ class SiameseFeatures:
             self.optimizer_.zero_grad(set_to_none=True)
             loss.backward()
         self.optimizer_.step()
-        self.loss_curve_.append(float(loss.detach()))
-        return self.loss_curve_[-1]
+        return loss.detach()
 
     def fit(self, images: np.ndarray, labels: np.ndarray) -> "SiameseFeatures":
         self.start(images, labels)
         progress = Progress(self.n_steps, "siamese step") if self.progress else None
+        unread: list[torch.Tensor] = []
         for done in range(1, self.n_steps + 1):
-            loss = self.step()
-            if progress:
-                progress.update(done, f"loss {loss:.4g}")
+            unread.append(self._train_step())
+            # The losses stay on the device and are read once per block of steps (a read
+            # makes a CUDA host wait for the step it reads).
+            if len(unread) == TrainingLoop.LOSS_BLOCK or done == self.n_steps:
+                self.loss_curve_ += torch.stack(unread).tolist()
+                unread = []
+                if progress:
+                    progress.update(done, f"loss {self.loss_curve_[-1]:.4g}")
         self.model_.eval()
         del self.images_, self.optimizer_  # free the training copy
         return self

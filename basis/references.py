@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from basis.catalog import SPARSE_SOLVERS
 from basis.catalog.settings import reference_settings
 from basis.data import Dataset, load_npz
 from basis.errors import InputError
 from basis.graph import GraphConfig, device_affinity, sparse_affinity
+from basis.runtime import device as devices
 from basis.runtime.outputs import atomic_path
 from basis.spectral import sparse_spectral_embedding
 
@@ -41,14 +41,14 @@ def analytic_embedding(
     if eigensolver not in ("auto", *SPARSE_SOLVERS):
         raise InputError(f"eigensolver must be one of {['auto', *SPARSE_SOLVERS]}, got {eigensolver!r}")
     if eigensolver == "auto":
-        eigensolver = "chebyshev" if torch.device(device).type == "cuda" else "arpack"
+        eigensolver = devices.sparse_solver_by_default(device)
     report = {} if report is None else report
     report["eigensolver"] = eigensolver
     graph = GraphConfig.from_dict(settings["graph"])
     assemble = device_affinity if eigensolver == "chebyshev" else sparse_affinity
     start = time.perf_counter()
     W = assemble(X, graph, device=device, report=report, topk_block=topk_block)
-    _synchronize(device)
+    devices.synchronize(device)
     report["graph_seconds"] = time.perf_counter() - start
     start = time.perf_counter()
     U, _ = sparse_spectral_embedding(
@@ -61,11 +61,6 @@ def analytic_embedding(
     )
     report["eigen_seconds"] = time.perf_counter() - start
     return U
-
-
-def _synchronize(device: str) -> None:
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def fingerprint(X: np.ndarray) -> str:

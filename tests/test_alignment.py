@@ -420,18 +420,20 @@ def test_where_tall_designs_are_reduced_first_the_fits_are_the_same(rng, monkeyp
     every SVD then sees at most 32 rows, and least squares and RANSAC give what the plain
     SVD gives, on the designs that break things: clustered with outliers, rank-deficient,
     translated, batched, linear maps, fallbacks."""
-    from basis.alignment import affine
+    from contextlib import nullcontext
+
+    from basis.runtime.device import emulating_cuda
 
     def plain_then_reduced(function, *args, seed=None, **kwargs):
         """The function's results by each route (each with its own generator from ``seed``),
-        and the row counts its SVDs saw by each."""
+        the CPU's and CUDA's (emulated), and the row counts its SVDs saw by each."""
         results, rows = [], []
-        for devices in ((), ("cpu",)):
-            monkeypatch.setattr(affine, "REDUCE_TALL_DESIGNS_ON", devices)
-            decomposed.clear()
-            generator = {} if seed is None else {"generator": torch.Generator().manual_seed(seed)}
-            results.append(function(*args, **kwargs, **generator))
-            rows.append(list(decomposed))
+        for side in (nullcontext, emulating_cuda):
+            with side():
+                decomposed.clear()
+                generator = {} if seed is None else {"generator": torch.Generator().manual_seed(seed)}
+                results.append(function(*args, **kwargs, **generator))
+                rows.append(list(decomposed))
         return (*results, *rows)
 
     decomposed, svd = [], torch.linalg.svd

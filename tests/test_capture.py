@@ -14,8 +14,8 @@ from basis.cli.bench import clustered_data
 from basis.errors import InputError
 from basis.estimators import BASiS
 from basis.graph import GraphConfig
-from basis.runtime import capture
 from basis.runtime.capture import CapturedSegment, SegmentedCapture, checked
+from basis.runtime.device import emulating_cuda
 from basis.runtime.syncs import HostSyncCounter
 
 
@@ -114,12 +114,9 @@ def test_the_captured_parts_read_nothing_back_to_the_host():
     round's three SVDs) are the splits between a recorded chain's graphs."""
     X, y = _data()
     estimator = _basis(cuda_graphs=True)
-    capture_was, capture.EMULATE = capture.EMULATE, True
-    try:
+    with emulating_cuda():
         estimator.start(X, y)
         batch = estimator.prepare_batch()
-    finally:
-        capture.EMULATE = capture_was
     segments = estimator.captured_segments()
     assert set(segments) == {"graph", "eigensolve", "alignment", "gradient"}
     X_batch, phi, _ = batch.content
@@ -141,12 +138,10 @@ def test_the_captured_parts_read_nothing_back_to_the_host():
 
 def test_seeded_runs_are_the_same_with_the_parts_replayed():
     X, y = _data()
-    capture_was, capture.EMULATE = capture.EMULATE, True
-    try:
+    # The CUDA side (emulated) both ways: its optimiser, draws and solvers, graphs or not.
+    with emulating_cuda():
         replayed = _basis(cuda_graphs=True).fit(X, y)
-    finally:
-        capture.EMULATE = capture_was
-    eager = _basis().fit(X, y)
+        eager = _basis().fit(X, y)
     assert eager.captured_segments() == {}
     assert {name: s.replays for name, s in replayed.captured_segments().items()} == {
         "graph": 1 + 12 - 2,  # the reference batch and 12 steps' batches, less 2 eager warm-up calls
@@ -167,7 +162,7 @@ def test_cuda_graphs_takes_a_boolean():
         _basis(cuda_graphs="yes").fit(X, y)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (benchmarks/gpu_step.sh runs it)")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (benchmarks/device_gate.py checks it)")
 def test_on_a_gpu_the_replayed_step_equals_the_eager_one():
     X, y = _data()
     settings = dict(device="cuda", n_iter=30)
@@ -183,3 +178,30 @@ def test_on_a_gpu_the_replayed_step_equals_the_eager_one():
     assert min(s.replays for s in segments.values()) > 20
     np.testing.assert_allclose(replayed.loss_curve_, eager.loss_curve_, rtol=1e-6)
     np.testing.assert_allclose(replayed.transform(X), eager.transform(X), rtol=1e-5, atol=1e-6)
+
+
+def test_at_the_papers_size_the_replayed_chain_takes_the_small_design_branch(monkeypatch):
+    """250 anchors (25 per class, Table 1's protocol) with stratified RANSAC samples: on
+    CUDA every design taller than 32 rows is reduced to its triangular factor first, inside
+    the recorded chain; replayed (emulated) on the CUDA side it gives the eager run's numbers."""
+    X, y = clustered_data(3000, 16, 10, seed=2)
+    reductions = []
+    qr = torch.linalg.qr
+
+    def counted_qr(A, *args, **kwargs):
+        reductions.append(A.shape[-2])
+        return qr(A, *args, **kwargs)
+
+    monkeypatch.setattr(torch.linalg, "qr", counted_qr)
+    settings = dict(n_components=10, batch_size=512, anchors_per_class=25, ransac_sampling="stratified", n_iter=8)
+    with emulating_cuda():
+        replayed = BASiS(**settings, graph=GraphConfig(n_neighbors=15), device="cpu", seed=1, cuda_graphs=True)
+        replayed.fit(X, y)
+        eager = BASiS(**settings, graph=GraphConfig(n_neighbors=15), device="cpu", seed=1).fit(X, y)
+    assert len(replayed.anchor_indices_) == 250 and max(reductions) >= 250
+    assert {name: s.failure for name, s in replayed.captured_segments().items()} == dict.fromkeys(
+        ("graph", "eigensolve", "alignment", "gradient")
+    )
+    assert min(s.replays for s in replayed.captured_segments().values()) >= 8 - 3
+    assert replayed.loss_curve_ == eager.loss_curve_ and replayed.n_unsure_ == eager.n_unsure_
+    np.testing.assert_array_equal(replayed.transform(X), eager.transform(X))

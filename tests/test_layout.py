@@ -80,3 +80,39 @@ def test_the_science_imports_neither_the_command_line_nor_tracking_and_runtime_i
 def test_no_module_is_longer_than_the_limit():
     lengths = {path.relative_to(ROOT.parent): len(path.read_text().splitlines()) for path in ROOT.rglob("*.py")}
     assert {path: n for path, n in lengths.items() if n > MAX_LINES} == {}
+
+
+def _device_tests(tree: ast.AST) -> list[int]:
+    """Lines that decide on the device themselves: ``torch.cuda`` used, ``.is_cuda`` read, a
+    ``.type`` compared, a string compared with (or tested as the start of) "cuda" or "cpu"."""
+    lines = []
+    called = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}  # is_cuda(...): the policy
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and (
+            (node.attr == "is_cuda" and id(node) not in called)
+            or (node.attr == "cuda" and isinstance(node.value, ast.Name) and node.value.id == "torch")
+        ):
+            lines.append(node.lineno)
+        elif isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(isinstance(side, ast.Attribute) and side.attr == "type" for side in sides) or any(
+                isinstance(side, ast.Constant) and side.value in ("cuda", "cpu") for side in sides
+            ):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "startswith":
+            if any(isinstance(arg, ast.Constant) and str(arg.value).startswith(("cuda", "cpu")) for arg in node.args):
+                lines.append(node.lineno)
+    return lines
+
+
+def test_only_the_runtime_decides_on_the_device():
+    """Every decision that depends on the device goes through basis.runtime's device policy,
+    so that its CUDA side can be run on the CPU (tests/test_cuda_side.py)."""
+    offenders = {}
+    for path in ROOT.rglob("*.py"):
+        if path.relative_to(ROOT).parts[0] == "runtime":
+            continue
+        lines = _device_tests(ast.parse(path.read_text()))
+        if lines:
+            offenders[str(path.relative_to(ROOT.parent))] = lines
+    assert offenders == {}

@@ -91,14 +91,21 @@ def test_a_one_thread_budget_runs_the_pipeline_in_turn_with_the_same_numbers():
 
 
 def test_device_auto_takes_the_gpu_with_the_most_free_memory(monkeypatch):
+    """Where NVML's view (nvidia-smi) cannot be asked, each device's free memory comes from
+    its CUDA context; the device chosen or named becomes the current one."""
+    from basis.runtime import device as devices
     from basis.runtime.device import resolve_device
 
+    bound = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 3)
+    monkeypatch.setattr(torch.cuda, "set_device", bound.append)
+    monkeypatch.setattr(devices, "_free_memory_from_smi", lambda count: None)
     free = {0: 2e9, 1: 70e9, 2: 30e9}
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda index: (free[index], 80e9))
     assert resolve_device("auto") == torch.device("cuda", 1)
     assert resolve_device("cuda:2") == torch.device("cuda", 2)
+    assert bound == [1, 2]
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert resolve_device("auto") == torch.device("cpu")
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from basis.errors import InputError
+from basis.runtime import device as devices
 from basis.runtime.capture import checked
 
 
@@ -107,13 +108,13 @@ NOISE_RCOND = 1e-3
 MAX_GAIN = 10.0
 
 
-#: Devices where a design taller than :data:`BATCHED_SVD_ROWS` (and than it is wide) is
-#: reduced to its triangular factor before its SVD. On CUDA, cuSOLVER's batched Jacobi
-#: SVD, one cheap call for a whole batch, takes matrices of at most 32 rows; a taller one
+#: A design taller than :data:`BATCHED_SVD_ROWS` (and than it is wide) is reduced to its
+#: triangular factor before its SVD on CUDA (:func:`basis.runtime.device.is_cuda`). There,
+#: cuSOLVER's batched Jacobi SVD, one cheap call for a whole batch, takes matrices of at
+#: most 32 rows; a taller one
 #: goes to a general driver (all 250 anchors of a digits batch, K = 10, on an H200: 0.70 ms
 #: a call against 0.21 ms for their 10 x 10 factor, ``benchmarks/svd_shapes.py``). LAPACK
 #: reduces a tall matrix itself, so the CPU keeps the plain SVD and its bytes.
-REDUCE_TALL_DESIGNS_ON = ("cuda",)
 BATCHED_SVD_ROWS = 32
 
 
@@ -142,7 +143,7 @@ def _solves(
     scaled_design = design / column_scale
     rows, columns = scaled_design.shape[-2:]
     # checked: where a recorded chain of CUDA graphs splits (basis.runtime.capture)
-    if design.device.type in REDUCE_TALL_DESIGNS_ON and rows > BATCHED_SVD_ROWS and rows > columns:
+    if devices.is_cuda(design) and rows > BATCHED_SVD_ROWS and rows > columns:
         # The triangular factor of [design, target] holds R and Q^T target: the SVD of R
         # gives the singular values and, through U_R^T Q^T target, the projection, with
         # no Q formed.

@@ -26,6 +26,7 @@ from basis.alignment.affine import (
     rms_row_norm,
 )
 from basis.errors import InputError
+from basis.runtime import device as devices
 
 TOLERANCE_MODES = ("relative", "absolute")
 
@@ -144,12 +145,12 @@ class RansacSearch:
         self.source, self.target = source.double(), target.double()
         self.linear, self.rcond, self.max_gain = linear, rcond, max_gain
         self.n_iter, self.max_iter, self.confidence, self.sample_size = n_iter, max_iter, confidence, sample_size
-        self.generator = generator or torch.Generator(device=device).manual_seed(0)
+        self.generator = generator or devices.generator(device, 0)
         self.n_anchors = n_anchors
         self.strata, self.n_strata = self._strata(strata, n_strata, n_anchors, sample_size, device)
         # Rounds at once where a read is a wait for the device; one at a time on the host,
         # where it costs nothing and a round's tensors stay in cache (the outcome is the same).
-        self.batch_rounds = device.type == "cuda" if batch_rounds is None else batch_rounds
+        self.batch_rounds = devices.is_cuda(device) if batch_rounds is None else batch_rounds
         if first_draw is not None and first_draw.shape != (n_iter, n_anchors):
             raise InputError(f"first_draw must have shape {(n_iter, n_anchors)}, got {tuple(first_draw.shape)}")
         # A map is supported only by more anchors than fix it, and at least by its own sample:

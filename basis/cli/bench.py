@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import resource
 import time
+from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
@@ -12,6 +13,7 @@ import torch
 from basis.estimators import BASiS
 from basis.graph import GraphConfig
 from basis.references import analytic_embedding
+from basis.runtime import device as devices
 from basis.runtime.device import resolve_device
 from basis.runtime.threads import one_torch_thread
 
@@ -92,11 +94,11 @@ def _fit_basis(estimator: BASiS, X: np.ndarray, y: np.ndarray, window: dict[str,
         return estimator.fit(X, y)
     estimator.start(X, y)
     estimator.fit_steps(window["warmup"])
-    _synchronize(estimator.device_)
+    devices.synchronize(estimator.device_)
     time.sleep(max(0.0, window["start_at"] - time.time()))
     start = time.time()
     estimator.fit_steps(estimator.n_iter - window["warmup"])
-    _synchronize(estimator.device_)
+    devices.synchronize(estimator.device_)
     end = time.time()
     # Each step's wall time is measured in the loop; their running sum, scaled to the
     # window's measured length, places each step's end on the clock.
@@ -104,11 +106,6 @@ def _fit_basis(estimator: BASiS, X: np.ndarray, y: np.ndarray, window: dict[str,
     ends = start + np.cumsum(ms) * (end - start) / max(ms.sum(), 1e-9)
     window.update(start=start, end=end, step_ends=ends.tolist())
     return estimator.finish()
-
-
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def bench_step(
@@ -139,7 +136,7 @@ def bench_step(
     resolved = resolve_device(device)
     variants = [(eigensolver, cuda_graphs)]
     if compare:
-        variants = [("exact", False), ("subspace", False)] + [("subspace", True)] * (resolved.type == "cuda")
+        variants = [("exact", False), ("subspace", False)] + [("subspace", True)] * devices.captures_on(resolved)
     timings = {
         solver + " + cuda graphs" * graphs: _time_steps(
             batch_size,
@@ -161,7 +158,7 @@ def bench_step(
         "host_syncs_per_iteration": count_host_syncs(batch_size, n_components, dim, n_neighbors, seed=seed),
         **(next(iter(timings.values())) if not compare else {"compare": timings}),
         "device": str(resolved),
-        "device_name": torch.cuda.get_device_name(resolved) if resolved.type == "cuda" else "cpu",
+        "device_name": devices.device_name(resolved),
         "settings": {
             "data": data,
             "batch_size": batch_size,
@@ -173,7 +170,7 @@ def bench_step(
         "note": "graph, eigensolve and alignment of batch t+1 run in a worker thread while the gradient step of"
         " batch t runs; total is the wall time per iteration; parts are device time (CUDA events) on CUDA",
     }
-    if profile and resolved.type == "cuda":
+    if profile and devices.is_cuda(resolved):
         result.update(_top_kernels(batch_size, n_components, dim, n_neighbors, str(resolved), seed, *variants[-1]))
     return result
 
@@ -200,13 +197,10 @@ def _time_steps(
 
     records: list[dict[str, float]] = []
     window = None if start_at is None else {"start_at": start_at, "warmup": warmup}
-    cuda = device.startswith("cuda")
-    debug = cuda and window is None
+    debug = devices.is_cuda(device) and window is None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        if debug:
-            torch.cuda.set_sync_debug_mode("warn")
-        try:
+        with devices.warn_on_syncs(torch.device(device)) if debug else nullcontext():
             model = _fit_basis(
                 *_basis_on_clusters(
                     batch_size,
@@ -223,9 +217,6 @@ def _time_steps(
                 ),
                 window,
             )
-        finally:
-            if debug:
-                torch.cuda.set_sync_debug_mode("default")
     kept = records[warmup:]
     parts = sorted(k for k in kept[0] if k.startswith("ms_") and k != "ms_step")
     waits = [w for w in caught if "synchroniz" in str(w.message).lower()]
@@ -270,10 +261,10 @@ def _top_kernels(
     )
     estimator.start(X, y)
     estimator.fit_steps(10)
-    _synchronize(estimator.device_)
+    devices.synchronize(estimator.device_)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         estimator.fit_steps(steps)
-        _synchronize(estimator.device_)
+        devices.synchronize(estimator.device_)
     events = prof.key_averages()
     busy_ms = sum(getattr(e, "self_device_time_total", 0.0) for e in events) / 1e3
     top = sorted(events, key=lambda e: getattr(e, "self_device_time_total", 0.0), reverse=True)[:15]
@@ -348,9 +339,9 @@ def bench_reference(
     backend and (approximate backends) its recall@k, and the eigensolver; the embedding
     is written to ``save_embedding`` (.npy) when given, to compare solvers."""
     X, _ = clustered_data(n, dim, n_components, seed, spread)
-    device_name = str(resolve_device(device))
-    if device_name.startswith("cuda"):
-        torch.cuda.reset_peak_memory_stats()
+    resolved = resolve_device(device)
+    device_name = str(resolved)
+    devices.reset_peak_memory(resolved)
     settings = {
         "graph": GraphConfig(n_neighbors=n_neighbors, neighbors=neighbors).to_dict(),
         "operator": "normalized",
@@ -362,7 +353,7 @@ def bench_reference(
     )
     if save_embedding:
         np.save(save_embedding, U)
-    peak_device_mb = torch.cuda.max_memory_allocated() / 2**20 if device_name.startswith("cuda") else 0.0
+    peak_device_mb = devices.peak_memory_mb(resolved)
     return {
         "seconds": report["graph_seconds"] + report["eigen_seconds"],
         "knn_seconds": report["knn_seconds"],

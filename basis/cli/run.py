@@ -159,11 +159,13 @@ def _trains_together(args, seeds: list[int], device: str, estimator) -> bool:
     """``--seeds-together``: ``auto`` trains several seeds together on CUDA where
     ``estimator`` (the method with its settings) can (the CPU keeps each seed's solo path,
     bit for bit); ``on`` wherever it can, and refuses where it cannot; ``off`` never."""
+    from basis.runtime.device import seeds_together_by_default
+
     reason = estimator._why_not_together()
     if args.seeds_together == "on" and reason is not None:
         raise InputError(f"--seeds-together on: {args.method} cannot train its seeds together: {reason}")
     if args.seeds_together == "auto":
-        return reason is None and len(seeds) > 1 and device.startswith("cuda")
+        return reason is None and len(seeds) > 1 and seeds_together_by_default(device)
     return args.seeds_together == "on"
 
 

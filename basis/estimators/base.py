@@ -30,7 +30,7 @@ from basis.estimators.training import FeaturesOf, StepCallback, StepTimer, Train
 from basis.graph import GraphConfig
 from basis.models import HIDDEN_WIDTHS, SpectralMLP
 from basis.runtime.capture import CapturedSegment
-from basis.runtime.device import resolve_device
+from basis.runtime.device import resolve_device, side_stream
 from basis.runtime.inputs import load_checkpoint
 from basis.runtime.optim import adam_for
 from basis.runtime.outputs import atomic_path
@@ -223,7 +223,7 @@ class SpectralEstimator(TrainingLoop, TransformerMixin, BaseEstimator):
         self._prepare_stream = None  # the set-up runs on the default stream
         self._prepare(self._training_data, y)
         # Batches are prepared on a stream of their own on CUDA (see prepare_batch).
-        self._prepare_stream = torch.cuda.Stream(self.device_) if self.device_.type == "cuda" else None
+        self._prepare_stream = side_stream(self.device_)
         captures = self._captures_steps()
         self.optimizer_ = adam_for(self.model_.parameters(), self.lr, self.device_, capturable=captures)
         self._gradient_step = CapturedSegment(self._gradient_step_on) if captures else None

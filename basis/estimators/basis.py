@@ -19,7 +19,7 @@ from basis.errors import InputError
 from basis.estimators.base import SpectralEstimator, register
 from basis.estimators.targets import BatchTargets
 from basis.estimators.training import FeaturesOf, StepTimer
-from basis.runtime import capture
+from basis.runtime import device as devices
 from basis.runtime.capture import CapturedSegment, SegmentedCapture
 from basis.spectral import SubspaceEigensolver, count_roots
 
@@ -258,14 +258,16 @@ class BASiS(BatchTargets, SpectralEstimator):
         n_anchors = len(anchors)
         self.anchor_indices_ = anchors.to(self.device_)
         self.class_codes_ = None if y is None else torch.as_tensor(np.unique(y, return_inverse=True)[1])
-        self.ransac_generator_ = torch.Generator(device=self.device_).manual_seed(self.seed + 1)
+        self.ransac_generator_ = devices.generator(self.device_, self.seed + 1)
         self.n_fallbacks_ = self.n_unsure_ = self.n_redrawn_batches_ = self.n_exact_redos_ = 0
         self.anchor_strata_ = None  # the anchors' class codes, for stratified RANSAC samples
         if self.ransac_sampling == "stratified" and self.class_codes_ is not None:
             codes = np.unique(self.class_codes_[anchors.cpu()].numpy(), return_inverse=True)[1]
             self.anchor_strata_ = (torch.as_tensor(codes, device=self.device_), int(codes.max()) + 1)
         self.alignment_errors_: list[float] = []
-        subspace = self.eigensolver == "subspace" or (self.eigensolver == "auto" and self.device_.type == "cuda")
+        subspace = self.eigensolver == "subspace" or (
+            self.eigensolver == "auto" and devices.subspace_by_default(self.device_)
+        )
         n_eig = self.n_components + int(self.drop_trivial)
         captures = self._captures_steps()
         self.subspace_solver_ = SubspaceEigensolver(n_eig, seed=self.seed) if subspace else None
@@ -305,7 +307,7 @@ class BASiS(BatchTargets, SpectralEstimator):
         self.reference_anchor_embedding_ = anchor_embedding
 
     def _captures_steps(self) -> bool:
-        return bool(self.cuda_graphs) and (self.device_.type == "cuda" or capture.EMULATE)
+        return bool(self.cuda_graphs) and devices.captures_on(self.device_)
 
     def captured_segments(self) -> dict[str, CapturedSegment]:
         """The step's parts replayed from CUDA graphs (``cuda_graphs``), by name: each

@@ -82,18 +82,18 @@ class SpecNet2(SpectralEstimator):
         return W, W.sum(dim=1)
 
     def _next_batch(self, features_of: FeaturesOf, n_train: int, timer: StepTimer) -> dict[str, torch.Tensor]:
-        batch = self._sample(n_train, self.batch_size)
+        # The neighbour gradient's graph is held on the host (SciPy): its batch is drawn
+        # there, so that the host indexes it with host indices whatever the device.
+        batch = self._sample(n_train, self.batch_size, on_host=self.gradient == "neighbor")
         with timer("graph"):
             if self.gradient == "local":
                 X_batch = features_of(batch)
                 W, degrees = self._batch_graph(X_batch)
                 return {"X_batch": X_batch, "W": W, "degrees": degrees}
-            # Rows of the whole training graph for the batch, over the batch's neighbours.
-            rows = self.full_graph_[batch.numpy()].tocoo()
-            union, inverse = np.unique(np.concatenate([batch.numpy(), rows.col]), return_inverse=True)
+            rows, union, inverse = self._neighbour_rows(batch)
             X_union = features_of(torch.from_numpy(union))
             dtype = X_union.dtype
-            W_rows = torch.zeros((len(batch), len(union)), dtype=dtype)
+            W_rows = torch.zeros((len(batch), len(union)), dtype=dtype)  # on the host, as the graph
             W_rows[torch.from_numpy(rows.row), torch.from_numpy(inverse[len(batch) :])] = torch.from_numpy(
                 rows.data
             ).to(dtype)
@@ -107,6 +107,14 @@ class SpecNet2(SpectralEstimator):
                 "W_rows": W_rows.to(X_union.device),
                 "degrees": degrees.to(X_union.device),
             }
+
+    def _neighbour_rows(self, batch: torch.Tensor) -> tuple[Any, np.ndarray, np.ndarray]:
+        """The rows of the whole training graph (on the host) for the host-drawn ``batch``,
+        over the batch's nodes and their neighbours (``union``, sorted), and where each node
+        of the batch and each entry's column fall in ``union`` (``inverse``)."""
+        rows = self.full_graph_[batch.numpy()].tocoo()
+        union, inverse = np.unique(np.concatenate([batch.numpy(), rows.col]), return_inverse=True)
+        return rows, union, inverse
 
     def _loss_tensors(self, batch: dict) -> tuple[tuple[torch.Tensor, ...], dict[str, float]]:
         if self.gradient == "local":

@@ -99,11 +99,13 @@ class SpectralNet(SpectralEstimator):
 
 def orthonormal_weights(Y_orth: torch.Tensor) -> torch.Tensor:
     """W_orth = sqrt(m) R^-1 from the QR of the net's output ``Y_orth`` (m x K, float64),
-    signs fixed so that diag R > 0; differentiable."""
+    signs fixed so that diag R > 0; differentiable. The inverse is taken without its
+    singularity check (``inv_ex``: the same values, no host wait on CUDA); a singular R
+    makes the loss non-finite, which the training loop stops at."""
     _, r = torch.linalg.qr(Y_orth)
     signs = torch.sign(torch.diagonal(r)).detach()
     signs = torch.where(signs == 0, torch.ones_like(signs), signs)
-    return np.sqrt(Y_orth.shape[0]) * torch.linalg.inv(r * signs[:, None])
+    return np.sqrt(Y_orth.shape[0]) * torch.linalg.inv_ex(r * signs[:, None]).inverse
 
 
 def spectralnet_loss(Y: torch.Tensor, W: torch.Tensor) -> torch.Tensor:

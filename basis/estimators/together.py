@@ -14,7 +14,7 @@ each layer of K seeds as one launch instead of K.
 The batched matrix products are not the solo ones bit for bit (a CPU's ``bmm`` and
 ``addmm`` sum in different orders), so a seed's numbers equal its solo run to float
 rounding, not bit for bit; the CLI trains seeds together on CUDA only and keeps the CPU
-on the solo path, whose bytes the tests pin.
+on the solo path, whose bytes the tests pin (:func:`basis.runtime.device.seeds_together_by_default`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from torch.func import functional_call, vmap
 from basis.errors import InputError
 from basis.estimators.base import SpectralEstimator
 from basis.estimators.training import PreparedBatch, StepTimer, run_now, split_cores
-from basis.runtime.optim import adam_for
+from basis.runtime.optim import adam_for, as_parameter_layout
 
 
 def fit_together(estimators: Sequence[SpectralEstimator], inputs: Sequence[tuple[Any, Any]]) -> list[SpectralEstimator]:
@@ -74,7 +74,7 @@ def fit_together(estimators: Sequence[SpectralEstimator], inputs: Sequence[tuple
                 losses, terms = batched_loss(stacked, *tensors)
                 grads = torch.autograd.grad(losses.sum(), list(stacked.values()))
                 for param, grad in zip(stacked.values(), grads):
-                    param.grad = grad
+                    param.grad = as_parameter_layout(grad, param)
                 optimizer.step()
             for estimator in estimators:
                 estimator.n_steps_ += 1

@@ -17,6 +17,7 @@ import torch
 from threadpoolctl import threadpool_limits
 
 from basis.errors import TrainingDiverged
+from basis.runtime import device as devices
 
 StepCallback = Callable[[int, dict[str, float]], None]
 #: ``features_of(indices)``: the features of training nodes, on the estimator's device.
@@ -31,7 +32,7 @@ def split_cores(device: torch.device):
     there is room for the worker at all (a budget of one thread runs the stages in turn).
     Thread settings are restored afterwards."""
     budget = torch.get_num_threads()
-    if device.type != "cpu":
+    if devices.is_cuda(device):
         yield True
         return
     if budget == 1:
@@ -95,12 +96,11 @@ class StepTimer:
 
     @contextmanager
     def __call__(self, part: str):
-        if self.device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
+        if devices.is_cuda(self.device):
+            # On the device's current stream (the job's GPU, not device 0's).
+            start = devices.record_event(self.device, timing=True)
             yield
-            end.record()
-            self._events.append((part, start, end))
+            self._events.append((part, start, devices.record_event(self.device, timing=True)))
             return
         start_time = time.perf_counter()
         yield
@@ -232,10 +232,10 @@ class TrainingLoop:
             ready = None
         else:
             after = after if after is not None else self._mark()
-            with torch.cuda.stream(stream):
+            with devices.on_stream(stream):
                 stream.wait_event(after)
                 if riders is not None:
-                    riders.record_stream(stream)
+                    devices.keep_for(riders, stream)
                 content = self._next_batch(features_of or self._training_features, n_train, timer)
                 ready = self._mark()
         if riders is not None and self._rider_values is None:
@@ -244,9 +244,7 @@ class TrainingLoop:
 
     def _mark(self) -> Any:
         """A CUDA event recorded now on the current stream."""
-        event = torch.cuda.Event()
-        event.record(torch.cuda.current_stream(self.device_))
-        return event
+        return devices.record_event(self.device_)
 
     def _take_riders(self) -> torch.Tensor | None:
         """For a method's :meth:`_next_batch`: the riders to read with its own read (once);
@@ -293,10 +291,10 @@ class TrainingLoop:
         """``batch``'s content, ready for the current stream: one prepared on a stream of
         its own (CUDA) is waited for, and its memory kept until this stream is done with it."""
         if batch.ready is not None:
-            main = torch.cuda.current_stream(self.device_)
+            main = devices.current_stream(self.device_)
             main.wait_event(batch.ready)
             for tensor in _tensors(batch.content):
-                tensor.record_stream(main)
+                devices.keep_for(tensor, main)
         return batch.content
 
     def _gradient_step_on(self, *tensors: torch.Tensor) -> tuple[torch.Tensor]:
@@ -309,17 +307,19 @@ class TrainingLoop:
         self.optimizer_.step()
         return (loss.detach(),)
 
-    def _sample(self, n: int, size: int, exclude: torch.Tensor | None = None) -> torch.Tensor:
+    def _sample(self, n: int, size: int, exclude: torch.Tensor | None = None, *, on_host: bool = False) -> torch.Tensor:
         """``size`` distinct random indices of [0, n), avoiding ``exclude``, on the device
         of the training data: drawn there on CUDA (its own generator, seeded by ``seed``),
-        from ``generator_`` on the CPU. The pool of allowed indices is built once per
-        ``exclude`` (BASiS's anchors), so a step does no O(n) host work."""
-        if self.device_.type == "cpu":
+        from ``generator_`` on the CPU. ``on_host`` draws from ``generator_`` on the host
+        whatever the device, for a batch that indexes a graph held on the host (SpecNet2's
+        neighbour gradient). The pool of allowed indices is built once per ``exclude``
+        (BASiS's anchors), so a step does no O(n) host work."""
+        if on_host or not devices.is_cuda(self.device_):
             generator, device = self.generator_, None
         else:
             if getattr(self, "device_generator_", None) is None:
-                self.device_generator_ = torch.Generator(device=self.device_).manual_seed(self.seed)
-            generator, device = self.device_generator_, self.device_
+                self.device_generator_ = devices.generator(self.device_, self.seed)
+            generator, device = self.device_generator_, devices.draw_device(self.device_)
         if exclude is None:
             return torch.randperm(n, generator=generator, device=device)[:size]
         cached = getattr(self, "_sample_pool", None)

@@ -18,6 +18,7 @@ import torch
 
 from basis.errors import InputError
 from basis.graph.config import GraphConfig
+from basis.runtime import device as devices
 
 #: Largest block of scores one chunk of the kNN holds on the host (bytes): the chunk of
 #: rows shrinks as n grows so that memory stays flat (at 1M points, 2,048 rows would be 8 GB
@@ -31,8 +32,8 @@ def score_block_bytes(device: torch.device) -> int:
     """Bytes one kNN chunk's scores may take on ``device``: a quarter of the memory free on
     a GPU now (so that a 1M-point set gets chunks of thousands of rows, not hundreds), and
     :data:`KNN_BLOCK_BYTES` on the host, or less when the host has less available."""
-    if device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
+    free = devices.free_memory(device)
+    if free is not None:
         return int(free * DEVICE_BLOCK_SHARE)
     import psutil
 
@@ -166,7 +167,7 @@ def _faiss_on_gpu(faiss, index, device: torch.device | None, backend: str):
     """``index`` moved to the GPU ``device`` where FAISS's GPU build can take it, with the
     resources that must outlive it; ``(index, None)`` otherwise."""
     gpu_build = hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
-    if device is None or device.type != "cuda" or backend != "faiss-ivf" or not gpu_build:
+    if device is None or not devices.is_cuda(device) or backend != "faiss-ivf" or not gpu_build:
         return index, None
     resources = faiss.StandardGpuResources()
     return faiss.index_cpu_to_gpu(resources, device.index or 0, index), resources
@@ -252,8 +253,7 @@ def _neighbor_weights(
             report=report,
         )
         dists, idx = dists.to(X_t.device), idx.to(X_t.device)
-    if X_t.device.type == "cuda":  # the timer stops when the device has finished
-        torch.cuda.synchronize(X_t.device)
+    devices.synchronize(X_t.device)  # the timer stops when the device has finished
     if report is not None:
         report["knn_seconds"] = time.perf_counter() - start
         report["neighbors"] = config.neighbors

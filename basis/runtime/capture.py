@@ -18,9 +18,7 @@ from typing import Any
 
 import torch
 
-#: Tests set this to record and replay on the CPU (by calling the function on the
-#: segment's own buffers), which checks everything but the CUDA graph itself.
-EMULATE = False
+from basis.runtime import device as devices
 
 #: One capture at a time: the step's thread and the batch worker both record segments.
 _CAPTURING = threading.Lock()
@@ -38,15 +36,17 @@ class _Recorded:
     (shapes, dtypes, device), so that libraries set up their handles and workspaces, then
     recorded over input buffers of its own, then replayed: every later call copies its
     inputs into those buffers and returns copies of the outputs (the next replay overwrites
-    the recording's own). Elsewhere than on CUDA (unless emulated), or once recording has
-    failed (:attr:`failure` says why), every call runs the function. :attr:`replays` counts
+    the recording's own). The warm-up calls run on a side stream, as torch's documentation
+    of graph capture asks. Elsewhere than on CUDA (unless emulated: the CUDA side emulated by
+    :mod:`basis.runtime.device` records by calling the function on its buffers), or once
+    recording has failed (:attr:`failure` says why), every call runs the function. :attr:`replays` counts
     the calls served by a recording, the recording call included."""
 
     def __init__(
         self, function: Callable[..., tuple[torch.Tensor, ...]], *, warmup: int = 2, emulate: bool | None = None
     ):
         self.function, self.warmup = function, warmup
-        self.emulate = EMULATE if emulate is None else emulate
+        self.emulate = devices.emulates_capture() if emulate is None else emulate
         self.failure: str | None = None
         self.replays = 0
         self._calls: dict[Signature, int] = {}
@@ -54,7 +54,7 @@ class _Recorded:
 
     def __call__(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         key = _signature(inputs)
-        capturable = self.emulate or (inputs[0].device.type == "cuda" and self.failure is None)
+        capturable = self.emulate or (devices.captures_on(inputs[0].device) and self.failure is None)
         if not capturable:
             return self.function(*inputs)
         if key in self._recorded:
@@ -64,12 +64,30 @@ class _Recorded:
             outputs = self._replay(recording, buffers, outputs)
         else:
             self._calls[key] = self._calls.get(key, 0) + 1
-            recorded = self._record(key, inputs) if self._calls[key] > self.warmup else None
+            if self._calls[key] <= self.warmup:
+                return self._warm_up(inputs)
+            recorded = self._record(key, inputs)
             if recorded is None:
                 return self.function(*inputs)
             outputs = recorded
         self.replays += 1
         return tuple(output.clone() for output in outputs)
+
+    def _warm_up(self, inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        """One eager call on a side stream that starts after, and ends before, the current
+        stream's work, its outputs kept for the current stream."""
+        device = inputs[0].device
+        side = devices.side_stream(device)
+        if side is None:  # the CPU, where capture is emulated: no streams
+            return tuple(self.function(*inputs))
+        current = devices.current_stream(device)
+        side.wait_stream(current)
+        with devices.on_stream(side):
+            outputs = tuple(self.function(*inputs))
+        current.wait_stream(side)
+        for output in outputs:
+            devices.keep_for(output, current)
+        return outputs
 
     def _record(self, key: Signature, inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...] | None:
         """Record the function for ``key`` into :attr:`_recorded` and return its outputs,
@@ -87,8 +105,8 @@ class CapturedSegment(_Recorded):
 
     The function must be pure in its tensor inputs: anything else it reads (a network's
     weights, the optimiser's state) must live at the same address for the graph's life;
-    it may not read the device on the host, or it cannot be captured. ``emulate`` (default
-    :data:`EMULATE`) replays on the CPU by calling the function on the buffers, so the
+    it may not read the device on the host, or it cannot be captured. ``emulate`` (default:
+    while the CUDA side is emulated) replays on the CPU by calling the function on the buffers, so the
     buffer handling can be tested without a GPU.
     """
 
@@ -106,7 +124,7 @@ class CapturedSegment(_Recorded):
                 outputs = tuple(self.function(*buffers))
         except RuntimeError as err:
             self.failure = f"{type(err).__name__}: {str(err).splitlines()[0]}"
-            torch.cuda.synchronize()
+            devices.synchronize(buffers[0].device)
             return None
         self._recorded[key] = (graph, buffers, outputs)
         graph.replay()
@@ -261,7 +279,7 @@ class SegmentedCapture(_Recorded):
                     raise
                 chain.close(failed=True)
                 self.failure = f"{type(err).__name__}: {str(err).splitlines()[0]}"
-                torch.cuda.synchronize()
+                devices.synchronize(buffers[0].device)
                 return None
             finally:
                 _RECORDING.chain = None

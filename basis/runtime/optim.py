@@ -13,6 +13,8 @@ from collections.abc import Iterable
 
 import torch
 
+from basis.runtime.device import is_cuda
+
 
 class Adam:
     """``torch.optim.Adam(params, lr)`` (no weight decay, no amsgrad, not maximising) on
@@ -57,7 +59,19 @@ def adam_for(
 ) -> Adam | torch.optim.Optimizer:
     """The estimators' optimiser: :class:`Adam` on the CPU (torch's floats, none of its
     start-up), ``torch.optim.Adam(fused=True)`` on CUDA (its step counters stay on the
-    device: no host read per step), ``capturable`` where its step is recorded in a CUDA graph."""
-    if device.type == "cuda":
+    device: no host read per step), ``capturable`` where its step is recorded in a CUDA graph.
+    The fused kernel reads a gradient in its parameter's memory layout, so a gradient set by
+    hand must be laid out as its parameter (:func:`as_parameter_layout`)."""
+    if is_cuda(device):
         return torch.optim.Adam(params, lr=lr, fused=True, capturable=capturable)
     return Adam(params, lr)
+
+
+def as_parameter_layout(grad: torch.Tensor, param: torch.Tensor) -> torch.Tensor:
+    """``grad`` in ``param``'s memory layout (strides), copied only where they differ. A
+    gradient computed apart from ``.backward()`` (``torch.autograd.grad`` under ``vmap``)
+    can come transposed; the fused Adam reads it element by element in the parameter's
+    order, and would move the wrong weights."""
+    if grad.stride() == param.stride():
+        return grad
+    return torch.empty_like(param).copy_(grad)

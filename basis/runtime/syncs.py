@@ -34,9 +34,12 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 aten = torch.ops.aten
 
-#: Ops that read a device value into the host, or whose output size depends on the data.
+#: Ops that read a device value into the host, or whose output size depends on the data
+#: (``_linalg_check_errors``: ``inv``, ``solve`` and ``cholesky`` read their LAPACK info
+#: code back to raise on a singular matrix; their ``_ex`` forms do not).
 _DATA_DEPENDENT = {
     aten._local_scalar_dense.default: "item",
+    aten._linalg_check_errors.default: "linalg_error_check",
     aten.nonzero.default: "nonzero",
     aten.masked_select.default: "masked_select",
 }

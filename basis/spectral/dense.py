@@ -22,6 +22,7 @@ import torch
 
 from basis.errors import InputError
 from basis.graph import csr_rows
+from basis.runtime import device as devices
 from basis.runtime.capture import checked
 
 log = logging.getLogger(__name__)
@@ -263,7 +264,7 @@ def embed_graph(
     if solver is not None:
         upper = 2.0 * degrees.max() if operator == "unnormalized" else 2.0  # Gershgorin; L_N's spectrum is in [0, 2]
         vals, vecs, converged = solver.solve(matrix, upper)
-    elif W.device.type == "cpu":
+    elif devices.host_eigensolve(W):
         # LAPACK's subset driver computes only the n_eig wanted pairs: ~10x faster than a
         # full decomposition at m = 512.
         vals, vecs = scipy.linalg.eigh(matrix.numpy(), subset_by_index=[0, n_eig - 1], driver="evx", check_finite=False)
