@@ -184,3 +184,4 @@ def test_free_memory_is_read_in_torchs_numbering_of_the_visible_devices():
     assert devices.free_memory_by_visibility(answer, "GPU-bbbb", 1) == [300 * 2**20]
     assert devices.free_memory_by_visibility(answer, "5", 1) is None  # not a device it lists
     assert devices.free_memory_by_visibility("garbage", None, 1) is None
+    assert devices.free_memory_by_visibility("0, GPU-aaaa, 0\n", None, 1) == [0]  # a full GPU is still listed

@@ -232,7 +232,10 @@ def free_memory_by_visibility(answer: str, visible: str | None, count: int) -> l
     order = list(by_index) if visible is None else [name.strip() for name in visible.split(",") if name.strip()]
     free = []
     for name in order[:count]:
-        match = by_index.get(name) or next((v for uuid, v in by_uuid.items() if uuid.startswith(name)), None)
+        if name in by_index:
+            match = by_index[name]
+        else:  # a UUID, or its leading part, as CUDA_VISIBLE_DEVICES allows
+            match = next((v for uuid, v in by_uuid.items() if uuid.startswith(name)), None)
         if match is None:
             return None
         free.append(match)
