@@ -17,13 +17,13 @@ samples and for each batch:
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import numpy as np
 import torch
 
 from basis.alignment import NOISE_RCOND, align_affine, apply_affine, ransac_affine, rms_row_norm
+from basis.cli.parser import OneLineParser
 from basis.graph import GraphConfig, dense_affinity
 from basis.spectral import spectral_embedding
 
@@ -63,7 +63,7 @@ def alignment_error(transform: torch.Tensor, phi: torch.Tensor, reference: torch
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--features", required=True, help="a features .npz of digits (python -m basis features)")
     parser.add_argument("--batches", type=int, default=12)
     parser.add_argument("--outliers", type=float, default=0.2)

@@ -11,13 +11,14 @@ the thread count to the libraries (every job uses every core), the oversubscribe
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
 import subprocess
 import sys
 import time
+
+from basis.cli.parser import OneLineParser
 
 
 def launch(threads: int, batch_size: int) -> subprocess.Popen:
@@ -42,7 +43,7 @@ def run_jobs(n_jobs: int, threads: int, batch_size: int) -> tuple[list[float], f
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1, help="per job; 0: no limit (oversubscribed)")
     parser.add_argument("--m", type=int, default=512, help="batch size")

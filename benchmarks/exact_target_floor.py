@@ -12,7 +12,6 @@ one JSON line per budget: the exact-target network's test d_G and the paper's BA
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import numpy as np
@@ -20,6 +19,7 @@ import torch
 
 from basis import metrics
 from basis.catalog.settings import resolve_settings
+from basis.cli.parser import OneLineParser
 from basis.data import load_npz
 from basis.estimators import BASiS, SpectralEstimator
 from basis.references import analytic_embedding
@@ -45,7 +45,7 @@ class ExactTargets(SpectralEstimator):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineParser(description=__doc__.splitlines()[0])
     parser.add_argument("--features", required=True, help="a features .npz from `python -m basis features`")
     parser.add_argument("--n-iter", type=int, nargs="+", default=[300, 1000])
     parser.add_argument("--seeds", type=int, default=3)

@@ -14,12 +14,12 @@ squeezed towards a line, which the network then learns.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import warnings
 
 import torch
 
+from basis.cli.parser import OneLineParser
 from basis.studies.feature_change import feature_change
 
 QUICK_SUBSET = {  # config/quick.yaml's experiments.feature_change: settings and subset
@@ -38,7 +38,7 @@ QUICK_SUBSET = {  # config/quick.yaml's experiments.feature_change: settings and
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=8)
     args = parser.parse_args()
     logging.disable(logging.WARNING)

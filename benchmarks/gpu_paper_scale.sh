@@ -28,7 +28,8 @@ METHODS=${METHODS:-basis diffusion_net specnet1 specnet2}
 TOGETHER=${TOGETHER:-auto}  # --seeds-together of the Table 1 runs (auto: on CUDA; on: also on the CPU)
 OLD=${OLD:-}
 STEP_ITERATIONS=${STEP_ITERATIONS:-100}
-PARTS=${PARTS:-step table1 projection}
+PARTS=${PARTS-step table1 projection}
+[ -n "${PARTS// /}" ] || { echo "PARTS is empty: name at least one of step, table1, projection" >&2; exit 2; }
 for part in $PARTS; do
     [[ " step table1 projection " == *" $part "* ]] || { echo "PARTS: unknown part '$part' (step, table1, projection)" >&2; exit 2; }
 done
@@ -37,6 +38,9 @@ py=$(command -v "${PYTHON:-python3}")
 py=$(cd "$(dirname "$py")" && pwd)/$(basename "$py")  # absolute: the old code runs from its own folder
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
+# Each failed part is noted here; the script ends with status 1 if any did.
+rm -f "$OUT/failed"
+fail() { echo "FAILED $1"; echo "$1" >> "$OUT/failed"; }
 graphs=()
 [ "$DEVICE" != cpu ] && graphs=(--cuda-graphs)
 read -r -a seeds <<< "$SEEDS"
@@ -46,7 +50,7 @@ read -r -a seeds <<< "$SEEDS"
     step() {
         (cd "${3:-.}" && PYTHONPATH=. "$py" -m basis bench step --data "$2" --device "$DEVICE" \
             --iterations "$STEP_ITERATIONS" "${graphs[@]}" --json) > "$OUT/step_$1.json" 2> "$OUT/step_$1.err" \
-            || echo "FAILED step $1: $(tail -1 "$OUT/step_$1.err")"
+            || fail "step $1: $(tail -1 "$OUT/step_$1.err")"
     }
     if wants step; then
         [ -n "$OLD" ] && step old_clusters clusters "$OLD"
@@ -74,10 +78,11 @@ if stand_in:
 PY
     fi
     if wants table1; then
-        "$py" benchmarks/standin_features.py --out "$OUT/mnist.npz" --n-train "$N_TRAIN" --n-test "$N_TEST"
+        "$py" benchmarks/standin_features.py --out "$OUT/mnist.npz" --n-train "$N_TRAIN" --n-test "$N_TEST" \
+            || fail "stand-in features"
         start=$SECONDS
         "$py" -m basis reference --dataset mnist --features "$OUT/mnist.npz" --device "$DEVICE" --out "$OUT/reference.npz" \
-            --json > "$OUT/reference.json" 2> "$OUT/reference.err" || echo "FAILED reference: $(tail -1 "$OUT/reference.err")"
+            --json > "$OUT/reference.json" 2> "$OUT/reference.err" || fail "reference: $(tail -1 "$OUT/reference.err")"
         echo "reference of the ${N_TEST}-point test split: $((SECONDS - start)) s"
         total=$((SECONDS - start))
         # run NAME METHOD SEEDS-TOGETHER SEED...: one `basis run` of SEEDs in one process, into $OUT/runs/NAME.
@@ -87,7 +92,7 @@ PY
             "$py" -m basis run --method "$method" --dataset mnist --features "$OUT/mnist.npz" --reference "$OUT/reference.npz" \
                 --device "$DEVICE" --set "n_iter=$N_ITER" --seeds "$@" --seeds-together "$together" \
                 --out "$OUT/runs/$name/seed{seed}" --json > "$OUT/$name.json" 2> "$OUT/$name.err" \
-                || echo "FAILED $name: $(tail -1 "$OUT/$name.err")"
+                || fail "$name: $(tail -1 "$OUT/$name.err")"
         }
         for method in $METHODS; do
             start=$SECONDS
@@ -129,7 +134,11 @@ PY
     if wants projection && [ -n "${PROJECTION:-}" ]; then
         "$py" benchmarks/paper_projection.py --configfile "$PROJECTION" --sample "$OUT/sample" --standins \
             --cores "$(nproc)" --gpus 0 1 ${TIMINGS:+--timings "$TIMINGS"} > "$OUT/projection.txt" \
-            2> "$OUT/projection.err" || echo "FAILED projection: $(tail -1 "$OUT/projection.err")"
+            2> "$OUT/projection.err" || fail "projection: $(tail -1 "$OUT/projection.err")"
         grep -E "^(projected wall time|the sample|not measured)" "$OUT/projection.txt"
     fi
 } 2>&1 | tee "$OUT/summary.txt"
+if [ -s "$OUT/failed" ]; then
+    echo "$(wc -l < "$OUT/failed") part(s) FAILED: the figures above are not measurements" | tee -a "$OUT/summary.txt" >&2
+    exit 1
+fi

@@ -12,7 +12,6 @@ imports, and the job's own phases (its ``# timings`` line).
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -20,6 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from basis.cli.parser import OneLineParser
 from basis.runtime.timing import TIMINGS_PREFIX
 
 RUN = ["-m", "basis", "run", "--dataset", "two_moons", "--method", "basis", "--set", "n_iter=5", "--json"]
@@ -36,7 +36,7 @@ def tracked(folder: Path, name: str) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--top", type=int, default=15)
     args = parser.parse_args()

@@ -36,11 +36,11 @@ is printed beside its projection too.
 
 from __future__ import annotations
 
-import argparse
 import base64
 import hashlib
 import heapq
 import json
+import math
 import os
 import re
 import statistics
@@ -50,6 +50,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from basis.catalog import IMAGE_SETS, IMAGE_SHAPES, TOY_SETS
+from basis.cli.parser import OneLineParser
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 #: Wildcards a sampled job stands for: its seeds (one job's) and the kNN sweep's k.
@@ -128,14 +129,39 @@ def finished_jobs(folder: Path) -> list[Span]:
     metadata = folder / ".snakemake" / "metadata"
     spans: dict[int | str, Span] = {}
     for record in (path for path in metadata.rglob("*") if path.is_file()):
-        meta = json.loads(record.read_text())
+        try:
+            meta = json.loads(record.read_text())
+        except (OSError, ValueError) as err:
+            raise ValueError(f"--timings {folder}: {record} is not a Snakemake metadata record ({err})") from None
+        if not isinstance(meta, dict):
+            raise ValueError(f"--timings {folder}: {record} is not a Snakemake metadata record (not an object)")
         if meta.get("incomplete") or meta.get("starttime") is None or meta.get("endtime") is None:
             continue
+        times = meta["starttime"], meta["endtime"]
+        if not all(isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) for t in times):
+            raise ValueError(f"--timings {folder}: {record} has start and end times that are not numbers: {times}")
+        if times[1] < times[0]:
+            raise ValueError(f"--timings {folder}: {record} ends before it starts ({times[0]} > {times[1]})")
+        if _failed(folder, meta.get("log") or []):
+            continue  # Snakemake records a failed job as finished too: not a timing
         key = meta.get("job_hash", record.name)
         span = spans.setdefault(key, Span(meta["rule"], meta["starttime"], meta["endtime"], []))
         span.start, span.end = min(span.start, meta["starttime"]), max(span.end, meta["endtime"])
         span.outputs.append(_record_output(record, metadata))
     return list(spans.values())
+
+
+def _failed(folder: Path, logs: list[str]) -> bool:
+    """Whether a job failed: the workflow's scripts end a failed job's log with its
+    ``error:`` line (basis.runtime.jobs)."""
+    for log in logs:
+        try:
+            lines = (folder / log).read_text(errors="replace").strip().splitlines()
+        except OSError:
+            continue
+        if lines and lines[-1].startswith("error:"):
+            return True
+    return False
 
 
 def wall_time(spans: list[Span]) -> float | None:
@@ -418,7 +444,7 @@ def snakemake_plan(configfile: str, workdir: Path, cores: int) -> dict[int, Job]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--configfile", required=True, help="the config whose workflow is projected")
     parser.add_argument("--timings", help="a folder where a run at that config's protocol finished")
     parser.add_argument("--sample", help="a folder of its own to run one job of every kind of the DAG in")
@@ -441,9 +467,10 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("give --timings (a finished run), --sample (a folder to run a sample in) or both")
         if (args.standins or args.per_dataset or args.rules) and args.sample is None:
             raise ValueError("--standins, --per-dataset and --rules choose a sample: give --sample too")
-        if args.cores < 1 or args.slots_per_gpu < 1 or min(args.gpus) < 0 or (args.sample_cores or 1) < 1:
+        sample_cores = 1 if args.sample_cores is None else args.sample_cores
+        if args.cores < 1 or args.slots_per_gpu < 1 or min(args.gpus) < 0 or sample_cores < 1:
             raise ValueError("--cores, --sample-cores and --slots-per-gpu take at least 1, --gpus at least 0")
-        if args.sample_cores and args.sample is None:
+        if args.sample_cores is not None and args.sample is None:
             raise ValueError("--sample-cores is the sample's: give --sample too")
         per_rule, wall = measured_seconds(Path(args.timings)) if args.timings else ({}, None)
         if args.timings and not per_rule:

@@ -18,12 +18,11 @@ drawn, and the flags (``unsure``: ended short of its confidence; ``fallback``). 
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 import torch
 
 from basis.alignment import align_affine, apply_affine, ransac_affine, rms_row_norm
+from basis.cli.parser import OneLineParser
 from basis.data import load_inputs
 from basis.graph import GraphConfig, dense_affinity
 from basis.spectral import spectral_embedding
@@ -72,7 +71,7 @@ def batches(X: np.ndarray, y: np.ndarray, level: float, n_batches: int, seed: in
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--features", help="a digits features .npz (python -m basis features) instead of raw digits")
     parser.add_argument("--batches", type=int, default=6)
     parser.add_argument("--seed", type=int, default=0)

@@ -11,11 +11,12 @@ embedding on FAISS neighbours and the one on exact neighbours.
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+from basis.cli.parser import OneLineParser
 
 
 def bench(n: int, backend: str, threads: int | None) -> dict:
@@ -64,7 +65,7 @@ def plot(rows: list[dict], path: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, nargs="+", default=[70_000, 300_000, 1_000_000])
     parser.add_argument("--backend", default="faiss-ivf")
     parser.add_argument("--exact-up-to", type=int, default=300_000, help="largest n for the exact search")

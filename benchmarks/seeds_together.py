@@ -13,13 +13,13 @@ run (the training's own amplification of rounding, the yardstick for the first).
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 
 import numpy as np
 import torch
 
+from basis.cli.parser import OneLineParser
 from basis.estimators import METHODS, SpectralEstimator
 from basis.estimators.together import fit_together, nudged_fit
 
@@ -42,7 +42,7 @@ def timed(work, device: str) -> tuple[float, object]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--method", default="basis", choices=sorted(METHODS))
     parser.add_argument("--seeds", type=int, default=10)

@@ -8,15 +8,14 @@ trains Table 1's protocol at its real shapes where the image sets cannot be fetc
 
 from __future__ import annotations
 
-import argparse
-
 import numpy as np
 
 from basis.cli.bench import clustered_data
+from basis.cli.parser import OneLineParser
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--dataset", default="mnist")
     parser.add_argument("--n-train", type=int, default=60_000)

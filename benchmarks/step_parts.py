@@ -11,13 +11,13 @@ counted run takes the CPU's path: RANSAC's rounds one at a time, where CUDA batc
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 
 import numpy as np
 
 from basis.catalog.settings import resolve_settings
+from basis.cli.parser import OneLineParser
 from basis.data import load_inputs
 from basis.experiment import build_estimator
 from basis.runtime.syncs import HostSyncCounter
@@ -32,7 +32,7 @@ def fit(data, settings: dict, n_iter: int, device: str, callback=None):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dataset", default="digits")
     parser.add_argument("--n-iter", type=int, default=40)
     parser.add_argument("--count-iter", type=int, default=10, help="iterations of the counted run")

@@ -6,11 +6,12 @@ the QR-then-SVD route for tall designs.
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 
 import torch
+
+from basis.cli.parser import OneLineParser
 
 
 def per_call_ms(function, *args, repeat: int = 50, **kwargs) -> float:
@@ -28,7 +29,7 @@ def _qr_then_svd(A: torch.Tensor):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda")
     device = torch.device(parser.parse_args().device)
     g = torch.Generator().manual_seed(0)

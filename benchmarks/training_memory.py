@@ -8,9 +8,10 @@ themselves (n x 16 floats). Each n runs in a fresh process; prints one JSON line
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
+
+from basis.cli.parser import OneLineParser
 
 ONE_RUN = """
 import json, resource, sys
@@ -26,7 +27,7 @@ print(json.dumps({"n": n, "features_mb": X.nbytes / 2**20, "peak_rss_mb_before_f
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = OneLineParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, nargs="+", default=[70_000, 1_000_000])
     parser.add_argument("--n-iter", type=int, default=50)
     parser.add_argument("--device", default="cpu")

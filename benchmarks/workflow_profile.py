@@ -15,13 +15,13 @@ idle slots and the scheduler.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import statistics
 from collections import defaultdict
 from pathlib import Path
 
+from basis.cli.parser import OneLineParser
 from basis.runtime.timing import TIMINGS_PREFIX
 
 COMPUTE = ("train", "study", "reference")
@@ -76,7 +76,7 @@ def overhead(job: dict) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", type=Path, default=Path("results"))
     parser.add_argument("--cores", type=int, default=2, help="the cores the run was given")
     parser.add_argument("--wall", type=float, help="the run's measured wall seconds, to show the idle share")

@@ -171,6 +171,18 @@ def test_dry_run_of_the_paper_config_lists_every_job(workdir):
     assert counts == EXPECTED_JOBS
 
 
+@pytest.mark.parametrize("configfile", ["config/config.yaml", "config/quick.yaml"])
+def test_every_output_of_every_job_is_kept_until_its_job_succeeds(workdir, configfile):
+    """update(): Snakemake does not delete a job's earlier outputs before it runs, and
+    restores them if it fails (the restore itself: test_workflow_e2e.py)."""
+    done = run_snakemake(workdir, "-n", "--configfile", configfile)
+    assert done.returncode == 0, done.stderr
+    outputs = [line.split(":", 1)[1] for line in done.stdout.splitlines() if line.startswith("    output:")]
+    assert len(outputs) > 40
+    files = [name.strip() for line in outputs for name in line.split(",")]
+    assert [name for name in files if not name.endswith(" (update)")] == []
+
+
 def test_bad_config_stops_before_any_job(workdir):
     config = (workdir / "config" / "config.yaml").read_text().replace("seeds: 10", "seeds: ten", 1)
     (workdir / "config" / "config.yaml").write_text(config)

@@ -110,6 +110,37 @@ def test_measured_times_are_per_job_and_the_report_says_what_it_lacks(tmp_path):
     assert "projected wall time on 1 GPU and 4 cores: 81 s" in text
 
 
+@pytest.mark.parametrize(
+    "record, message",
+    [
+        ({"rule": "train", "starttime": 1100.0, "endtime": 100.0}, "ends before it starts (1100.0 > 100.0)"),
+        ({"rule": "train", "starttime": "100", "endtime": "130"}, "start and end times that are not numbers"),
+        ({"rule": "train", "starttime": True, "endtime": 130.0}, "start and end times that are not numbers"),
+        ("{not json", "is not a Snakemake metadata record"),
+        ([1, 2], "is not a Snakemake metadata record (not an object)"),
+    ],
+)
+def test_impossible_job_records_are_refused_naming_the_file(tmp_path, capsys, record, message):
+    _record(tmp_path, "a1", "train", 1, 100.0, 130.0)
+    bad = tmp_path / ".snakemake" / "metadata" / "bad"
+    bad.write_text(record if isinstance(record, str) else json.dumps(record))
+    root = Path(__file__).resolve().parents[1]
+    config = str(root / "tests/configs/tiny.yaml")
+    code = projection.main(["--configfile", config, "--timings", str(tmp_path), "--cores", "2", "--workdir", str(root)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and str(bad) in err[0] and message in err[0], err
+
+
+def test_a_failed_job_is_not_a_timing(tmp_path):
+    """Snakemake records a failed job as finished; its log ends with the job's error line."""
+    _record(tmp_path, "a1", "train", 1, 100.0, 130.0)
+    _record(tmp_path, "b1", "train", 2, 100.0, 101.0)
+    meta = tmp_path / ".snakemake" / "metadata" / base64.urlsafe_b64encode(b"b1").decode()
+    (tmp_path / "b.log").write_text("# python -m basis run ...\nerror: results/references/x.npz is truncated\n")
+    meta.write_text(json.dumps({**json.loads(meta.read_text()), "log": ["b.log"]}))
+    assert projection.measured_seconds(tmp_path)[0] == {"train": [30.0]}
+
+
 def test_a_config_the_dry_run_refuses_is_one_line_and_exit_2(tmp_path, capsys):
     _record(tmp_path, "a1", "train", 1, 100.0, 130.0)
     root = Path(__file__).resolve().parents[1]
@@ -219,6 +250,8 @@ def test_a_sample_runs_in_a_folder_of_its_own(tmp_path):
         (["--cores", "2"], "give --timings"),
         (["--cores", "2", "--timings", ".", "--standins"], "give --sample too"),
         (["--cores", "0", "--sample", "{sample}"], "take at least 1"),
+        (["--cores", "2", "--sample", "{sample}", "--sample-cores", "0"], "take at least 1"),
+        (["--cores", "2", "--timings", ".", "--gpus", "nan"], "argument --gpus: invalid int value: 'nan'"),
         (["--cores", "2", "--sample", "{sample}", "--rules", "nope"], "--rules nope: not a rule of the DAG"),
         # no job of theirs can run alone, and no target would run the whole workflow
         (["--cores", "2", "--sample", "{sample}", "--rules", "table1"], "each of their jobs needs several of one kind"),
@@ -228,7 +261,10 @@ def test_bad_arguments_are_one_line_and_exit_2(tmp_path, capsys, arguments, mess
     root = Path(__file__).resolve().parents[1]
     config = str(root / "tests/configs/tiny.yaml")
     arguments = [a.format(sample=tmp_path / "s") for a in arguments]
-    code = projection.main(["--configfile", config, "--workdir", str(root), *arguments])
+    try:
+        code = projection.main(["--configfile", config, "--workdir", str(root), *arguments])
+    except SystemExit as stopped:  # a usage error: argparse's exit
+        code = stopped.code
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and message in err, err
     assert not (tmp_path / "s").exists()

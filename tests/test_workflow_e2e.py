@@ -198,6 +198,61 @@ def test_second_invocation_runs_nothing_and_logs_nothing(workflow):
     assert len(runs(workflow, "runs")[1]) == before
 
 
+def _snapshot(folder, patterns):
+    return {path: path.read_bytes() for pattern in patterns for path in sorted(folder.glob(pattern))}
+
+
+def _console_lines(done):
+    return [line for line in done.stderr.splitlines() if line.startswith("error:")]
+
+
+@pytest.mark.parametrize(
+    "corrupt, target, kept, reason",
+    [
+        (  # an assembly script (script: rule), its input a seed's metrics
+            "results/runs/digits/basis/seed1/metrics.json",
+            "results/paper/table1.csv",
+            ["results/paper/table1.*"],
+            "results/runs/digits/basis/seed1/metrics.json is missing or corrupt",
+        ),
+        (  # a python -m basis job, its input the shared reference; both seeds' outputs are the job's
+            "results/references/digits.npz",
+            "results/runs/digits/basis/seed0/metrics.json",
+            ["results/runs/digits/basis/seed*/*"],
+            "results/references/digits.npz",
+        ),
+    ],
+    ids=["assembly", "training"],
+)
+def test_a_failed_rerun_keeps_the_results_it_would_replace_and_says_why(workflow, corrupt, target, kept, reason):
+    corrupt_path = workflow / corrupt
+    saved = corrupt_path.with_name("saved-" + corrupt_path.name)
+    shutil.copy2(corrupt_path, saved)
+    before = _snapshot(workflow, kept)
+    times = {path: path.stat().st_mtime_ns for path in before}
+    try:
+        content = corrupt_path.read_bytes()
+        corrupt_path.write_bytes(content[: len(content) // 2])  # truncated, and newer than its consumers
+        done = run_snakemake(workflow, target, "--configfile", TINY, cores=2)
+        assert done.returncode != 0
+        # every output of the failed job is there, byte for byte, with its old time
+        assert _snapshot(workflow, kept) == before
+        assert {path: path.stat().st_mtime_ns for path in before} == times
+        # the one line on the console and in the (not empty) log
+        lines = _console_lines(done)
+        assert lines and reason in lines[-1], done.stderr[-2000:]
+        logs = [log for log in (workflow / "results/logs").rglob("*.log") if reason in log.read_text()]
+        assert logs, "no log holds the reason"
+        assert "lost sys.stderr" not in done.stderr
+        # the failed job is still out of date: the next run tries it again
+        assert "Nothing to be done" not in snakemake(workflow, "-n", target).stdout
+    finally:
+        shutil.copy2(saved, corrupt_path)  # the original file, with its original time
+        saved.unlink()
+    done = snakemake(workflow, "-n")
+    assert "Nothing to be done" in done.stdout + done.stderr
+
+
 def test_a_deleted_store_is_not_taken_for_a_complete_one(workflow):
     database = workflow / "results/mlflow/mlflow.db"
     kept = database.with_name("kept.db")

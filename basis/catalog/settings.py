@@ -175,9 +175,44 @@ def check_yaml_file(path: str | Any) -> None:
     StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, construct_mapping)
     try:
         with open(path) as handle:
-            yaml.load(handle, Loader=StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+            loader = StrictLoader(handle)
+            try:
+                node = loader.get_single_node()
+                if node is not None:
+                    size = _expanded_size(node, {})
+                    if size > MAX_CONFIG_VALUES:
+                        raise InputError(
+                            f"{path}: its aliases (*name) expand to {size:.3g} values, more than a config"
+                            f" holds ({MAX_CONFIG_VALUES}); write the values out"
+                        )
+                    loader.construct_document(node)
+            finally:
+                loader.dispose()
     except yaml.YAMLError as err:
         raise InputError(f"{path} is not valid YAML ({err})") from None
+    except RecursionError:
+        raise InputError(f"{path} is nested too deeply to be a config") from None
+
+
+#: The most values (scalars, lists and mappings, aliases expanded) a config may hold: the
+#: paper's has a few hundred. An alias bomb expands to billions and would stall the
+#: schema's validation and every job's config hash.
+MAX_CONFIG_VALUES = 100_000
+
+
+def _expanded_size(node: Any, sizes: dict[int, int]) -> int:
+    """How many values a YAML node stands for with its aliases expanded; each node's count
+    is computed once, so a bomb is counted in time linear in its text."""
+    import yaml
+
+    key = id(node)
+    if key not in sizes:
+        sizes[key] = 1  # a node that holds itself (a recursive alias) counts once
+        children = node.value if isinstance(node, yaml.SequenceNode) else []
+        if isinstance(node, yaml.MappingNode):
+            children = [part for pair in node.value for part in pair]
+        sizes[key] = 1 + sum(_expanded_size(child, sizes) for child in children)
+    return sizes[key]
 
 
 def parse_assignment(text: str) -> tuple[list[str], Any]:

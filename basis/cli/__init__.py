@@ -8,12 +8,20 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
 from basis.cli.parser import build_parser
 from basis.errors import InputError, Terminated
-from basis.runtime.inputs import check_experiment_name, check_output, check_seed, check_store, release_outputs
+from basis.runtime.inputs import (
+    check_experiment_name,
+    check_output,
+    check_seed,
+    check_store,
+    declare_inputs,
+    release_outputs,
+)
 from basis.runtime.stopping import STOPPED_STATUS, stop_on_sigterm
 from basis.runtime.threads import limit_threads
 from basis.runtime.timing import job_seconds, recording, report
@@ -25,24 +33,80 @@ def check_common(args: argparse.Namespace) -> None:
     ``runs:/`` model)."""
     check_seed(args.seed)
     check_seed(args.data_seed, "--data-seed")
+    declare_inputs(command_inputs(args))
     if getattr(args, "track", None) is not None:
         check_experiment_name(args.track)
         check_store(args.store, creates=True)
+    data_root = Path(args.data_root)
+    if data_root.exists() and not data_root.is_dir():
+        raise InputError(f"--data-root {args.data_root} is not a folder; name the folder that holds the data sets")
+    if args.command == "download":  # written into
+        check_output(data_root, folder=True, name="--data-root", claim=False)
     if args.command == "run" and getattr(args, "siamese", None) and not Path(args.siamese).is_file():
         raise InputError(f"--siamese {args.siamese} does not exist; name the features' Siamese checkpoint")
     if args.command == "tracking" and args.action == "url" and len(args.experiment) > 1:
         raise InputError(f"tracking url shows one experiment, got --experiment {args.experiment}")
-    if args.command == "tracking" and (args.action in ("setup", "url") or Path(args.store).exists()):
-        check_store(args.store, creates=args.action == "setup")  # closing runs of no store closes none
+    if args.command == "tracking":
+        # closing the runs of a local store that does not exist closes none
+        if args.action in ("setup", "url") or Path(args.store).exists() or os.environ.get("MLFLOW_TRACKING_URI"):
+            check_store(args.store, creates=args.action == "setup")
+        if args.action == "url":
+            check_ui_address(args.ui)
         if args.flag:
             check_output(args.flag, folder=False, name="--flag")
     if args.command == "embed" and Path(args.model).suffix != ".pt" and not Path(args.model).is_file():
         check_store(args.store, creates=False)  # an MLflow model URI (runs:/..., models:/...)
 
 
+def check_ui_address(address: str) -> None:
+    """``tracking url --ui``: an http(s) address with a host."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(address)
+    try:
+        parts.port  # noqa: B018 (raises on a port that is not a number)
+    except ValueError:
+        parts = parts._replace(netloc="")
+    if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in address):
+        raise InputError(f"--ui {address!r} is not the address of the MLflow UI; expected e.g. http://127.0.0.1:5000")
+
+
+def command_inputs(args: argparse.Namespace) -> dict[str, str | list | None]:
+    """The files and folders a command reads, by flag: no output of it may replace one
+    (:func:`~basis.runtime.inputs.check_output`). ``download`` writes into its data root;
+    the local store (its folder and its database) is an input of the commands that use it."""
+    model = getattr(args, "model", None)
+    inputs = {
+        "--features": getattr(args, "features", None),
+        "--reference": getattr(args, "reference", None),
+        "--siamese": getattr(args, "siamese", None),
+        "--model": None if model is None or "://" in model or ":/" in model else model,  # not an MLflow URI
+        "--input": getattr(args, "input", None),
+        "--data-root": None if args.command == "download" else getattr(args, "data_root", None),
+    }
+    logs = getattr(args, "track", None) is not None or args.command == "tracking"
+    if logs and not os.environ.get("MLFLOW_TRACKING_URI"):
+        inputs["--store"] = [args.store, Path(args.store) / "mlflow.db"]
+    return inputs
+
+
+def _store_name(store: str) -> str:
+    """The store a command logs to, as a message may name it (a server's URI without its credentials)."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI")
+    if not uri:
+        return f"{store}/mlflow.db"
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(uri)
+    return parts._replace(netloc=parts.netloc.rsplit("@", 1)[-1]).geturl()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # MLflow logs a store's database error with its traceback before raising it; the error
+    # reaches the user as one line (a full disk) or as the traceback of a bug, once.
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
     try:
         check_common(args)
         stop_on_sigterm()
@@ -60,7 +124,16 @@ def main(argv: list[str] | None = None) -> int:
         closed = "; its MLflow run is closed as KILLED" if getattr(args, "track", None) else ""
         print(f"error: stopped by {err} (a cancel or a time limit){closed}", file=sys.stderr)
         return STOPPED_STATUS
-    except Exception:
+    except Exception as err:
+        from basis.runtime.outputs import full_disk
+
+        if full_disk(err):
+            store = "" if getattr(args, "store", None) is None else f" or the MLflow store ({_store_name(args.store)})"
+            print(
+                f"error: the results{store} could not be written: the file system is full; free space and rerun",
+                file=sys.stderr,
+            )
+            return 2
         import traceback
 
         traceback.print_exc()

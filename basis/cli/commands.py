@@ -50,15 +50,18 @@ def cmd_embed(args: argparse.Namespace) -> int:
 
     check_output(args.out, folder=False, suffix=".npy")
     inputs = load_points(args.input, images=bool(args.siamese))
+    from basis.runtime.device import resolve_device
+
+    device = str(resolve_device(args.device))
     features = None
     if args.siamese:  # images -> the Siamese features the model was trained on
         from basis.features import SiameseFeatures
 
-        features = SiameseFeatures.load(args.siamese, device=args.device)
+        features = SiameseFeatures.load(args.siamese, device=device)
         features.check_images(inputs, name=f"--input {args.input}")
     # MLflow's download progress bars would fill stderr, which holds errors only
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    embed = load_embedding(args.model, store=args.store)
+    embed = load_embedding(args.model, store=args.store, device=device)
     if features is not None:
         inputs = features.transform(inputs)
     embedding = np.asarray(embed(inputs))
@@ -133,7 +136,6 @@ def cmd_tracking(args: argparse.Namespace) -> int:
         found = tracking.client(args.store).get_experiment_by_name(experiment)
         if found is None:
             raise InputError(f"--experiment {experiment} is not in the store {args.store}; run the workflow first")
-        tracking.ensure_experiments([experiment], store=args.store)  # a store made before the view existed
         print(tracking.table1_url(args.ui, found.experiment_id))
     else:
         print_result({"closed": tracking.close_stale_runs(store=args.store)}, args.json)

@@ -27,7 +27,7 @@ from basis.catalog import (  # noqa: F401 (the names, re-exported)
 )
 from basis.data import bunny, standins, toy
 from basis.errors import InputError
-from basis.runtime.inputs import check_path_length, file_md5
+from basis.runtime.inputs import MAX_FEATURE_MAGNITUDE, check_path_length, file_md5
 
 DEFAULT_ROOT = Path("resources/data")
 
@@ -303,10 +303,6 @@ def load_npz(path: str | Path, keys: tuple[str, ...], what: str) -> dict[str, np
         raise
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
         raise InputError(f"{what} {path} is empty, truncated or not an .npz ({type(err).__name__}: {err})") from None
-
-
-#: Beyond this magnitude the float32 squared distances of the kNN graph overflow.
-MAX_FEATURE_MAGNITUDE = 1e15
 
 
 def _check_feature_arrays(features: str | Path, data: dict[str, np.ndarray]) -> None:

@@ -23,6 +23,10 @@ import numpy as np
 
 from basis.errors import InputError
 
+#: Beyond this magnitude the float32 squared distances of the kNN graph overflow (and a
+#: network's float32 forward pass).
+MAX_FEATURE_MAGNITUDE = 1e15
+
 #: Seeds are handed to torch, numpy and scikit-learn (whose random_state stops at 2^32 - 1);
 #: a run also derives seed + 1 for its RANSAC draws.
 MAX_SEED = 2**32 - 2
@@ -119,8 +123,45 @@ def check_output(
         ) from None
     os.close(descriptor)
     os.unlink(probe)
+    check_apart_from_inputs(target, name, folder=folder)
     if claim:
         claim_output(target, name)
+
+
+#: The command's inputs, by flag (:func:`declare_inputs`), that no output may replace.
+_inputs: list[tuple[str, Path]] = []
+
+
+def declare_inputs(inputs: dict[str, str | Path | list | None]) -> None:
+    """Name the files and folders a command reads (flag -> path, list of paths or None),
+    so that :func:`check_output` refuses any output over one of them."""
+    _inputs.clear()
+    for flag, paths in inputs.items():
+        for path in paths if isinstance(paths, (list, tuple)) else [paths]:
+            if path is not None and str(path):
+                _inputs.append((flag, Path(path)))
+
+
+def check_apart_from_inputs(path: str | Path, name: str = "--out", *, folder: bool) -> None:
+    """Refuse an output that is one of the declared inputs (by any spelling, through a
+    symbolic link in its path, or as a hard link of it), or, for a folder, one that holds an
+    input: writing it would replace what the command is reading."""
+    output = Path(os.path.realpath(path))
+    for flag, source in _inputs:
+        if flag == name:  # the store: read and written by design
+            continue
+        real = Path(os.path.realpath(source))
+        if output == real or _same_file(path, source):
+            raise InputError(f"{name} {path} is the input {flag} {source}; write the output somewhere else")
+        if folder and output in real.parents:
+            raise InputError(f"{name} {path} holds the input {flag} {source}; write the output somewhere else")
+
+
+def _same_file(first: str | Path, second: str | Path) -> bool:
+    try:
+        return os.path.samefile(first, second)
+    except OSError:  # one of them does not exist (yet): not the same file
+        return False
 
 
 _claims: list[tuple[int, Path]] = []
@@ -199,6 +240,8 @@ def load_points(path: str | Path, *, name: str = "--input", images: bool = False
         raise InputError(f"{name} {path} holds no points (shape {array.shape})")
     if not np.isfinite(array).all():
         raise InputError(f"{name} {path} holds NaN or infinite values")
+    if np.abs(array).max() > MAX_FEATURE_MAGNITUDE:
+        raise InputError(f"{name} {path} holds values beyond {MAX_FEATURE_MAGNITUDE:g} in magnitude; rescale them")
     return array
 
 
@@ -273,10 +316,24 @@ def check_store(store: str | Path, *, creates: bool) -> None:
             raise InputError(
                 f"--store {store}: {database} is not an SQLite database; move it away or name another --store"
             )
+        if not creates and not _holds_mlflow_tables(database):  # MLflow would write its schema into it
+            raise InputError(f"--store {store}: {database} holds no MLflow runs (empty); run the workflow first")
     elif not creates:
         raise InputError(f"--store {store} holds no mlflow.db; name the folder the runs were logged to")
     if creates:
         check_output(folder, folder=True, name="--store", claim=False)  # a store is shared by design
+
+
+def _holds_mlflow_tables(database: Path) -> bool:
+    """Whether an SQLite file holds MLflow's tables, read in read-only mode."""
+    import sqlite3
+
+    try:
+        with sqlite3.connect(f"{database.resolve().as_uri()}?mode=ro", uri=True) as connection:
+            query = "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name IN ('experiments', 'runs')"
+            return connection.execute(query).fetchone()[0] == 2
+    except sqlite3.Error:
+        return False
 
 
 #: Database schemes MLflow accepts, and the module each one's driver is imported as.
@@ -309,8 +366,15 @@ def check_tracking_uri(uri: str) -> None:
                 f"MLFLOW_TRACKING_URI {uri}: no tracking server answers there ({err}); start it or unset the variable"
             ) from None
     elif scheme == "sqlite":
-        database = Path(parsed.path[1:] if parsed.path.startswith("//") else parsed.path)
-        if not parsed.path or not database.parent.is_dir():
+        # sqlite:///name.db is relative to the folder a command starts in (each job its own
+        # store); sqlite:////folder/name.db is the absolute path /folder/name.db.
+        if not parsed.path.startswith("//"):
+            raise InputError(
+                f"MLFLOW_TRACKING_URI {uri} names a path relative to the current folder;"
+                f" give an absolute one: sqlite:////absolute/path.db"
+            )
+        database = Path(parsed.path[1:])
+        if not database.parent.is_dir():
             raise InputError(f"MLFLOW_TRACKING_URI {uri}: the folder of {database} does not exist; create it first")
     elif scheme.split("+")[0] in _DATABASE_DRIVERS:
         driver = _DATABASE_DRIVERS[scheme.split("+")[0]]

@@ -3,6 +3,7 @@ redo them."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from collections.abc import Iterator
@@ -25,14 +26,44 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     try:
         yield partial
         os.replace(partial, path)
+    except Exception as err:
+        if full_disk(err):
+            raise InputError(
+                f"{path} could not be written: its file system is full; free space or write elsewhere"
+            ) from None
+        raise
     finally:
         partial.unlink(missing_ok=True)
         forget()
 
 
-def write_json(path: str | Path, values: dict) -> None:
+#: What a write to a full file system raises: the errno, or the message of a library that
+#: wraps it (SQLite's, and torch's zip writer, whose short write reads "unexpected pos").
+_FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
+_FULL_MESSAGES = ("database or disk is full", "No space left on device", "unexpected pos", "file write failed")
+
+
+def full_disk(err: BaseException | None) -> bool:
+    """Whether ``err``, or an error it was raised from, is a write to a full file system."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.errno in _FULL_ERRNOS:
+            return True
+        if any(message in str(err) for message in _FULL_MESSAGES):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """``path`` holds ``text``, written whole or not at all."""
     with atomic_path(path) as partial:
-        partial.write_text(json.dumps(values, indent=2))
+        partial.write_text(text)
+
+
+def write_json(path: str | Path, values: dict) -> None:
+    write_text(path, json.dumps(values, indent=2))
 
 
 def read_metrics(path: str | Path) -> dict:

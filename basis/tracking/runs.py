@@ -14,7 +14,7 @@ import logging
 import os
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -310,9 +310,12 @@ def tracked_run(
         monitor.finish()
         raise
     except BaseException:
-        tracked.flush()
-        monitor.finish()
-        mlflow_client.set_terminated(run.info.run_id, "FAILED")
+        # Each step on its own: where the store itself cannot be written (a full disk), the
+        # run stays RUNNING and the next invocation's close-stale closes it, and the error
+        # the user sees is the one that ended the job.
+        for step in (tracked.flush, monitor.finish, lambda: mlflow_client.set_terminated(run.info.run_id, "FAILED")):
+            with suppress(Exception):
+                step()
         raise
     finally:
         forget()

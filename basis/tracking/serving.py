@@ -97,15 +97,15 @@ def log_embedding_model(
     return logged.model_id
 
 
-def load_embedding(model: str | Path, store: str | Path | None = None):
-    """A callable X -> embedding from a checkpoint file (``model.pt``) or an MLflow model URI
-    (``runs:/<id>/model``, ...), looked up in the store of :func:`basis.tracking.tracking_uri`
-    (``MLFLOW_TRACKING_URI``, else the SQLite store in ``store``, never one made in the
-    current folder)."""
+def load_embedding(model: str | Path, store: str | Path | None = None, device: str = "cpu"):
+    """A callable X -> embedding from a checkpoint file (``model.pt``, on ``device``) or an
+    MLflow model URI (``runs:/<id>/model``, ..., on the CPU), looked up in the store of
+    :func:`basis.tracking.tracking_uri` (``MLFLOW_TRACKING_URI``, else the SQLite store in
+    ``store``, never one made in the current folder)."""
     if Path(model).suffix == ".pt" or Path(model).is_file():
         from basis.estimators import SpectralEstimator
 
-        return SpectralEstimator.load(model, device="cpu").transform
+        return SpectralEstimator.load(model, device=device).transform
     from mlflow.exceptions import MlflowException
 
     from basis.tracking.store import DEFAULT_STORE, scoped_tracking_uri, tracking_uri

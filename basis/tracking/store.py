@@ -30,6 +30,10 @@ def tracking_uri(store: str | Path = DEFAULT_STORE) -> str:
     return f"sqlite:///{store / 'mlflow.db'}"
 
 
+#: Seconds one HTTP call to a tracking server may take.
+HTTP_TIMEOUT_S = 30
+
+
 def client(store: str | Path = DEFAULT_STORE):
     """An MLflow client of the store. A local SQLite store is opened under a file lock:
     MLflow creates and migrates the database on first use, and two jobs doing that at once
@@ -38,6 +42,9 @@ def client(store: str | Path = DEFAULT_STORE):
 
     uri = tracking_uri(store)
     if not uri.startswith("sqlite:"):
+        # A server that accepts the connection but never answers ends a call after this
+        # long (MLflow's default waits 120 s per try, over 7 tries); its retries stay.
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(HTTP_TIMEOUT_S))
         return MlflowClient(tracking_uri=uri)
     with store_lock(store):
         return MlflowClient(tracking_uri=uri)  # creates or migrates the database

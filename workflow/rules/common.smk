@@ -3,6 +3,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from snakemake.io import IOFile
 from snakemake.utils import validate
 
 # Import-light modules only: a dry run must not import torch (see basis/catalog/).
@@ -19,6 +20,7 @@ from basis.catalog import (
     study_runs,
 )
 from basis.errors import InputError
+from basis.runtime.jobs import age_restored_outputs
 from basis.catalog.settings import check_config_schema, check_yaml_file, resolve_settings, why_seeds_apart
 from basis.tracking import STAGE_DESCRIPTIONS, config_hash, store_identity
 
@@ -130,6 +132,23 @@ def check_store():
 check_store()
 
 
+# Every output is declared update(): Snakemake keeps a job's earlier outputs until it
+# succeeds and restores them if it fails. The restored copies are new files, and Snakemake
+# records the failed job as finished; their old times back and that record dropped (as
+# --cleanup-metadata does), the failed job stays out of date and the next run tries it again.
+def keep_failed_jobs_out_of_date():
+    for path in age_restored_outputs():
+        workflow.persistence.cleanup_metadata(IOFile(path))
+
+
+onstart:
+    keep_failed_jobs_out_of_date()  # notes a killed workflow left
+
+
+onerror:
+    keep_failed_jobs_out_of_date()
+
+
 # Jobs that only download, set up or tabulate run on the submitting host of a cluster
 # (compute nodes are often offline).
 localrules:
@@ -181,7 +200,9 @@ if real_execution():
     # with nothing to run, which a kill can leave: Snakemake does not rerun a job whose
     # outputs were deleted under finished downstream results), and only where their
     # process is provably gone (basis.tracking.close_stale_runs).
-    subprocess.run([sys.executable, "-m", "basis", "tracking", "close-stale", "--json"], check=False)
+    # A store it cannot use (its one line printed) stops the workflow before any job.
+    if subprocess.run([sys.executable, "-m", "basis", "tracking", "close-stale", "--json"]).returncode == 2:
+        sys.exit(2)
 
 
 def feature_input(wildcards):
@@ -260,11 +281,17 @@ PARENTS = {"sensitivity": "{dataset}: kNN sweep", "ablation": "{dataset}: ablati
 SEEDS_IN_ONE_JOB = config.get("seeds_in_one_job", False)
 
 
-def seed_files(folder, name, n_seeds):
+def seed_patterns(folder, name, n_seeds):
     """A run rule's output ``name`` under ``folder``/seed<seed>: the job's seed, or all
     ``n_seeds`` seeds when they share the job."""
     pattern = f"{folder}/seed{{seed}}/{name}"
     return expand(pattern, seed=range(n_seeds), allow_missing=True) if SEEDS_IN_ONE_JOB else pattern
+
+
+def seed_files(folder, name, n_seeds):
+    """:func:`seed_patterns` as outputs, kept until the job succeeds (update: Snakemake
+    restores them if it fails)."""
+    return update(seed_patterns(folder, name, n_seeds))
 
 
 def seed_job(path):
@@ -457,7 +484,7 @@ def study_outputs(name):
         folders = [study_folder(name, run) for run in STUDY_RUNS[name]]
     else:
         folders = study_folder(name, "{run}" if STUDIES[name].runs is not None else "")
-    return expand(STUDY_OUTPUTS, folder=folders, allow_missing=True)
+    return update(expand(STUDY_OUTPUTS, folder=folders, allow_missing=True))
 
 
 def study_inputs(name):
@@ -529,8 +556,8 @@ ABLATION_FOLDER = "results/ablation/{dataset}/{alignment}"
 def ablation_files(name):
     """Output ``name`` of an ablation job: each seed's of its variant, or of every variant
     when they share the job (runs_in_one_job)."""
-    files = seed_files(ABLATION_FOLDER, name, ABLATION["seeds"])
-    return expand(files, alignment=ABLATION_VARIANTS, allow_missing=True) if RUNS_IN_ONE_JOB else files
+    files = seed_patterns(ABLATION_FOLDER, name, ABLATION["seeds"])
+    return update(expand(files, alignment=ABLATION_VARIANTS, allow_missing=True) if RUNS_IN_ONE_JOB else files)
 
 
 def ablation_job(path):

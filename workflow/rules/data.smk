@@ -1,6 +1,6 @@
 rule download:
     output:
-        "results/data/{dataset}.json",
+        update("results/data/{dataset}.json"),
     log:
         "results/logs/data/{dataset}.log",
     conda:

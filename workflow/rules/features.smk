@@ -3,8 +3,8 @@ rule siamese_features:
         flag=TRACKING_FLAG,
         data="results/data/{dataset}.json",
     output:
-        features="results/features/{dataset}.npz",
-        checkpoint="results/features/{dataset}_siamese.pt",
+        features=update("results/features/{dataset}.npz"),
+        checkpoint=update("results/features/{dataset}_siamese.pt"),
     log:
         "results/logs/features/{dataset}.log",
     benchmark:

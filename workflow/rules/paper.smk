@@ -10,10 +10,10 @@ rule table1:
             seed=range(config["seeds"]),
         ),
     output:
-        markdown="results/paper/table1.md",
-        html=report("results/paper/table1.html", caption="../report/table1.rst", category="Table 1"),
-        csv="results/paper/table1.csv",
-        tex="results/paper/table1.tex",
+        markdown=update("results/paper/table1.md"),
+        html=update(report("results/paper/table1.html", caption="../report/table1.rst", category="Table 1")),
+        csv=update("results/paper/table1.csv"),
+        tex=update("results/paper/table1.tex"),
     log:
         "results/logs/paper/table1.log",
     conda:
@@ -38,10 +38,12 @@ for figure, (study, folders, has_table) in STUDY_FIGURES.items():
             studies=[f"results/{folder}/arrays.npz" for folder in folders],
         output:
             # the caption comes from the study's declaration; the report reads it from here
-            png=report(f"{FIGURES_DIR}/{figure}.png", caption=f"../../{FIGURES_DIR}/{figure}.rst", category="Figures"),
-            pdf=f"{FIGURES_DIR}/{figure}.pdf",
-            caption=f"{FIGURES_DIR}/{figure}.rst",
-            table=[f"{FIGURES_DIR}/{figure}.md"] if has_table else [],
+            png=update(
+                report(f"{FIGURES_DIR}/{figure}.png", caption=f"../../{FIGURES_DIR}/{figure}.rst", category="Figures")
+            ),
+            pdf=update(f"{FIGURES_DIR}/{figure}.pdf"),
+            caption=update(f"{FIGURES_DIR}/{figure}.rst"),
+            table=update([f"{FIGURES_DIR}/{figure}.md"] if has_table else []),
         log:
             f"results/logs/paper/{figure}.log",
         localrule: True
@@ -76,11 +78,15 @@ rule knn_sensitivity:
         ),
         caption="workflow/report/fig5_knn_sensitivity.rst",
     output:
-        png=report(
-            f"{FIGURES_DIR}/fig5_knn_sensitivity.png", caption="../report/fig5_knn_sensitivity.rst", category="Figures"
+        png=update(
+            report(
+                f"{FIGURES_DIR}/fig5_knn_sensitivity.png",
+                caption="../report/fig5_knn_sensitivity.rst",
+                category="Figures",
+            )
         ),
-        pdf=f"{FIGURES_DIR}/fig5_knn_sensitivity.pdf",
-        csv="results/paper/knn_sensitivity.csv",
+        pdf=update(f"{FIGURES_DIR}/fig5_knn_sensitivity.pdf"),
+        csv=update("results/paper/knn_sensitivity.csv"),
     log:
         "results/logs/paper/knn_sensitivity.log",
     conda:
@@ -106,9 +112,9 @@ rule ablation_table:
             seed=range(ABLATION["seeds"]),
         ),
     output:
-        markdown="results/paper/ablation.md",
-        html=report("results/paper/ablation.html", caption="../report/ablation.rst", category="Ablation"),
-        csv="results/paper/ablation.csv",
+        markdown=update("results/paper/ablation.md"),
+        html=update(report("results/paper/ablation.html", caption="../report/ablation.rst", category="Ablation")),
+        csv=update("results/paper/ablation.csv"),
     log:
         "results/logs/paper/ablation.log",
     conda:
@@ -132,8 +138,8 @@ rule comparison:
         ablation="results/paper/ablation.csv",
         studies=[f"results/{study_folder(name, run)}/metrics.json" for name, runs in STUDY_RUNS.items() for run in runs],
     output:
-        markdown="results/paper/comparison.md",
-        html=report("results/paper/comparison.html", caption="../report/comparison.rst", category="Comparison"),
+        markdown=update("results/paper/comparison.md"),
+        html=update(report("results/paper/comparison.html", caption="../report/comparison.rst", category="Comparison")),
     log:
         "results/logs/paper/comparison.log",
     conda:

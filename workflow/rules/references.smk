@@ -4,7 +4,7 @@ rule reference_embedding:
         data="results/data/{dataset}.json",
         features=feature_input,
     output:
-        "results/references/{dataset}.npz",
+        update("results/references/{dataset}.npz"),
     log:
         "results/logs/references/{dataset}.log",
     benchmark:

@@ -6,7 +6,7 @@ rule knn_reference:
         data="results/data/{dataset}.json",
         features=feature_input,
     output:
-        "results/references/knn/{dataset}_k{k}.npz",
+        update("results/references/knn/{dataset}_k{k}.npz"),
     log:
         "results/logs/references/knn/{dataset}_k{k}.log",
     priority: CRITICAL_PATH_PRIORITY

@@ -1,6 +1,6 @@
 rule tracking_setup:
     output:
-        TRACKING_FLAG,
+        update(TRACKING_FLAG),
     log:
         "results/logs/tracking_setup.log",
     conda:

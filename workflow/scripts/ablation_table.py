@@ -10,19 +10,19 @@ smk = snakemake  # noqa: F821 (injected by Snakemake)
 sys.path.insert(0, str(Path(smk.scriptdir).parents[1]))
 
 from basis.paper import ABLATION_MEASURES, ablation_markdown, markdown_to_html, sweep_summary
-from basis.runtime.outputs import read_metrics
+from basis.runtime.jobs import job_log
+from basis.runtime.outputs import read_metrics, write_text
 from basis.tracking import finish_parents, tracked_run
 
-with open(smk.log[0], "w") as log:
-    sys.stderr = sys.stdout = log
+with job_log(smk.log[0], smk.output):
     rows = []
     for path in map(Path, smk.input.metrics):  # results/ablation/{dataset}/{alignment}/seed{seed}/metrics.json
         rows.append({"dataset": path.parts[-4], "method": path.parts[-3], **read_metrics(path)})
     summary = sweep_summary(pd.DataFrame(rows), by="dataset", measures=ABLATION_MEASURES)
     summary = summary.rename(columns={"method": "alignment"})
-    summary.to_csv(smk.output.csv, index=False)
-    Path(smk.output.markdown).write_text(ablation_markdown(summary))
-    Path(smk.output.html).write_text(markdown_to_html(ablation_markdown(summary)))
+    write_text(smk.output.csv, summary.to_csv(index=False))
+    write_text(smk.output.markdown, ablation_markdown(summary))
+    write_text(smk.output.html, markdown_to_html(ablation_markdown(summary)))
     # the parent each data set's sweep runs hang under ends after them
     finish_parents(smk.params.sweep_experiment, smk.params.sweep_parents)
     tags = dict(tag.split("=", 1) for tag in smk.params.tags)

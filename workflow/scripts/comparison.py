@@ -10,19 +10,19 @@ smk = snakemake  # noqa: F821 (injected by Snakemake)
 sys.path.insert(0, str(Path(smk.scriptdir).parents[1]))
 
 from basis.paper import claims_markdown, comparison_markdown, markdown_to_html, paper_claims
-from basis.runtime.outputs import read_metrics
+from basis.runtime.jobs import job_log
+from basis.runtime.outputs import read_metrics, write_text
 from basis.tracking import tracked_run
 
-with open(smk.log[0], "w") as log:
-    sys.stderr = sys.stdout = log
+with job_log(smk.log[0], smk.output):
     table1 = pd.read_csv(smk.input.table1, header=[0, 1], index_col=[0, 1])
     # the metrics of every study run, in the order of params.studies (study -> its runs)
     paths = iter(smk.input.studies)
     studies = {name: {run: read_metrics(next(paths)) for run in runs} for name, runs in smk.params.studies.items()}
     rows = paper_claims(studies, knn=pd.read_csv(smk.input.knn), ablation=pd.read_csv(smk.input.ablation))
     text = comparison_markdown(table1) + "\n" + claims_markdown(rows)
-    Path(smk.output.markdown).write_text(text)
-    Path(smk.output.html).write_text(markdown_to_html(text))
+    write_text(smk.output.markdown, text)
+    write_text(smk.output.html, markdown_to_html(text))
     tags = dict(tag.split("=", 1) for tag in smk.params.tags)
     with tracked_run(smk.params.experiment, "comparison", tags) as run:
         run.log_metrics({"claims_reproduced": sum(r["reproduced"] for r in rows), "claims": len(rows)})

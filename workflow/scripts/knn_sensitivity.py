@@ -10,17 +10,17 @@ smk = snakemake  # noqa: F821 (injected by Snakemake)
 sys.path.insert(0, str(Path(smk.scriptdir).parents[1]))
 
 from basis.paper import sweep_summary
-from basis.runtime.outputs import read_metrics
+from basis.runtime.jobs import job_log
+from basis.runtime.outputs import read_metrics, write_text
 from basis.studies.figures import knn_sensitivity
 from basis.tracking import finish_parents, tracked_run
 
-with open(smk.log[0], "w") as log:
-    sys.stderr = sys.stdout = log
+with job_log(smk.log[0], smk.output):
     rows = []
     for path in map(Path, smk.input.metrics):  # results/knn/{dataset}/k{k}/{method}/seed{seed}/metrics.json
         rows.append({"method": path.parts[-3], "n_neighbors": int(path.parts[-4][1:]), **read_metrics(path)})
     summary = sweep_summary(pd.DataFrame(rows), by="n_neighbors")
-    summary.to_csv(smk.output.csv, index=False)
+    write_text(smk.output.csv, summary.to_csv(index=False))
     knn_sensitivity(summary, smk.output.png)
     # the parent each data set's sweep runs hang under ends after them
     finish_parents(smk.params.sweep_experiment, smk.params.sweep_parents)

@@ -12,22 +12,22 @@ smk = snakemake  # noqa: F821 (injected by Snakemake)
 sys.path.insert(0, str(Path(smk.scriptdir).parents[1]))
 
 from basis.paper import markdown_to_html, summarize, table_latex, table_markdown
-from basis.runtime.outputs import read_metrics
+from basis.runtime.jobs import job_log
+from basis.runtime.outputs import read_metrics, write_text
 from basis.studies.figures import embedding_picture
 from basis.tracking import client, ensure_experiments, summarise_seeds, tracked_run
 
-with open(smk.log[0], "w") as log:
-    sys.stderr = sys.stdout = log
+with job_log(smk.log[0], smk.output):
     rows, folders = [], {}
     for path in map(Path, smk.input.metrics):
         dataset, method, seed = path.parts[-4], path.parts[-3], path.parts[-2]
         rows.append({"dataset": dataset, "method": method, "seed": seed, **read_metrics(path)})
         folders[dataset, method, seed] = path.parent
     summary = summarize(pd.DataFrame(rows))
-    summary.to_csv(smk.output.csv)
-    Path(smk.output.markdown).write_text(table_markdown(summary))
-    Path(smk.output.html).write_text(markdown_to_html(table_markdown(summary)))
-    Path(smk.output.tex).write_text(table_latex(summary))
+    write_text(smk.output.csv, summary.to_csv())
+    write_text(smk.output.markdown, table_markdown(summary))
+    write_text(smk.output.html, markdown_to_html(table_markdown(summary)))
+    write_text(smk.output.tex, table_latex(summary))
     # Table 1 in the MLflow UI: a parent run per data set and method over its seeds, and
     # each seed's embedding as a picture
     mlflow_client = client()
