@@ -72,6 +72,12 @@ class Job:
     outputs: list[str] = field(default_factory=list)
 
 
+def _unflagged(output: str) -> str:
+    """An output path as the listing gives it, less the flags Snakemake prints after it
+    (``results/x.csv (update)``): the path is what a target names."""
+    return re.sub(r"(?: \([a-z_]+\))+$", "", output)
+
+
 def parse_dry_run(text: str) -> dict[int, Job]:
     """Every job of a dry run's listing (``snakemake -n``): its rule, threads, GPU claim,
     priority, wildcards and outputs, by job id."""
@@ -94,7 +100,7 @@ def parse_dry_run(text: str) -> dict[int, Job]:
             priority=int(priority.group(1)) if priority else 0,
             has_output=outputs is not None,
             wildcards=dict(item.split("=", 1) for item in wildcards.group(1).split(", ")) if wildcards else {},
-            outputs=outputs.group(1).split(", ") if outputs else [],
+            outputs=[_unflagged(o) for o in outputs.group(1).split(", ")] if outputs else [],
         )
     return jobs
 

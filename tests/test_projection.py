@@ -13,7 +13,7 @@ from conftest import HANG_GUARD_S, WORKFLOW_FILES, copy_workflow, snakemake_env
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import paper_projection as projection  # noqa: E402
 
-# The shape of `snakemake -n` (9.x): a block per job.
+# The shape of `snakemake -n` (9.x): a block per job, an output's flags after its path.
 DRY_RUN = """Building DAG of jobs...
 Job stats:
 job      count
@@ -28,7 +28,7 @@ rule prepare:
 [Sat Nov 28 09:51:34 2026]
 rule train:
     input: results/data.json
-    output: results/runs/a/metrics.json
+    output: results/runs/a/metrics.json (update), results/runs/a/model.pt (update)
     jobid: 1
     threads: 2
     priority: 10
@@ -158,7 +158,10 @@ def _job(rule, needs=(), **wildcards):
 
 def test_the_dry_run_gives_each_jobs_wildcards_and_outputs():
     jobs = _plan()
-    assert jobs[1].wildcards == {"method": "a"} and jobs[1].outputs == ["results/runs/a/metrics.json"]
+    assert jobs[1].wildcards == {"method": "a"} and jobs[1].outputs == [
+        "results/runs/a/metrics.json",
+        "results/runs/a/model.pt",
+    ]
     assert jobs[3].wildcards == {} and jobs[0].outputs == []
 
 
