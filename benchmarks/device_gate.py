@@ -5,7 +5,8 @@ when any check fails (and 2, with one line, on a bad setting), so a gate that ra
 never read as passed when it did not. Checks: every method solo and with its seeds
 trained together at Table 1's protocol, compared against the yardstick of one unit in the
 last place in the initial weights; every study of the tiny test config; the whole-set
-reference on the device against the host's ARPACK; BASiS with CUDA graphs against without;
+reference on the device against the host's ARPACK; the batch eigenproblem in float32 on
+the device against float64; BASiS with CUDA graphs against without;
 ``bench step`` with its host reads per iteration; a job bound to the second GPU where two
 are visible; and, with ``OLD``, the step of an older copy of ``basis/`` as the baseline.
 
@@ -95,6 +96,7 @@ class Gate:
         self.report("device", "PASS", f"{mode}, torch {torch.__version__}")
         for method in ("basis", "diffusion_net", "specnet1", "specnet2"):
             self.check(f"together_{method}", lambda method=method: self.together(method))
+        self.check("float32_solve", self.float32_solve)
         self.check("cuda_graphs", self.cuda_graphs)
         self.check("reference", self.reference)
         self.check("studies", self.studies)
@@ -142,6 +144,33 @@ class Gate:
             "PASS" if worst <= max(1e-4, 4 * yardstick) and all(map(math.isfinite, joint[0].loss_curve_)) else "FAIL"
         )
         return verdict, f"together vs solo {worst:.2e} of the embedding's scale (one ulp moves it {yardstick:.2e})"
+
+    def float32_solve(self):
+        """BASiS's batch solve in the device's float32 (the subspace iteration) against
+        float64's exact subspace, on 512-node batches of the gate's data."""
+        import numpy as np
+        import torch
+
+        from basis.graph.affinity import dense_affinity
+        from basis.graph.config import GraphConfig
+        from basis.runtime import device as devices
+        from basis.spectral import SubspaceEigensolver, embed_graph
+        from basis.spectral.dense import normalized_laplacian
+
+        X, _ = self.data()
+        target, graph = devices.resolve_device(self.device), GraphConfig(n_neighbors=50, scale_neighbor=7)
+        solver, rng, angles, converged = SubspaceEigensolver(10), np.random.default_rng(0), [], 0
+        for _ in range(9):  # the first solve is exact and sets the filter's cut
+            W = dense_affinity(torch.as_tensor(X[rng.choice(len(X), 512, replace=False)], device=target), graph)
+            phi, _, ok = embed_graph(W, 10, solver=solver)
+            exact = torch.linalg.eigh(normalized_laplacian(W).double()).eigenvectors[:, :10]
+            cosines = torch.linalg.svdvals(torch.linalg.qr(phi.double()).Q.T @ exact)
+            angles.append(float(torch.arccos(cosines.clamp(max=1.0)).max()))
+            converged += bool(ok)
+        ok = phi.dtype == torch.float32 and max(angles) <= 1e-4 and converged >= 7
+        return "PASS" if ok else "FAIL", (
+            f"{phi.dtype}; largest angle to float64's subspace {max(angles):.1e} rad; {converged} of 9 converged"
+        )
 
     def cuda_graphs(self):
         import numpy as np

@@ -185,3 +185,69 @@ def test_free_memory_is_read_in_torchs_numbering_of_the_visible_devices():
     assert devices.free_memory_by_visibility(answer, "5", 1) is None  # not a device it lists
     assert devices.free_memory_by_visibility("garbage", None, 1) is None
     assert devices.free_memory_by_visibility("0, GPU-aaaa, 0\n", None, 1) == [0]  # a full GPU is still listed
+
+
+def _batches():
+    """512-node batch graphs of the data that breaks things: well-separated clusters,
+    touching clusters (one component, ten small eigenvalues) and Siamese-like features."""
+    from basis.cli.bench import clustered_data
+    from basis.graph.affinity import dense_affinity
+    from basis.graph.config import GraphConfig
+
+    graph = GraphConfig(n_neighbors=20, scale_neighbor=10)
+    rng = np.random.default_rng(0)
+    for name, X in (
+        ("clusters", clustered_data(6000, 16, 10, 0, 3.0)[0]),
+        ("touching", clustered_data(6000, 16, 10, 0, 1.5)[0]),
+        ("siamese", siamese_like(n=6000, classes=10)[0]),
+    ):
+        for _ in range(4):
+            yield name, dense_affinity(torch.as_tensor(X[rng.choice(len(X), 512, replace=False)]), graph)
+
+
+def _largest_angle(A: torch.Tensor, B: torch.Tensor) -> float:
+    """The largest principal angle between the column spaces of A and B, in radians."""
+    cosines = torch.linalg.svdvals(torch.linalg.qr(A.double()).Q.T @ torch.linalg.qr(B.double()).Q)
+    return float(torch.arccos(cosines.clamp(max=1.0)).max())
+
+
+def test_the_batch_eigenproblem_is_solved_in_float32_on_the_cuda_side_and_keeps_its_subspace():
+    """BASiS's hot loop, the batch's subspace solve, runs in the graph's float32 on a GPU
+    (float64 on the CPU, for LAPACK): its subspace is float64's to 1e-5 rad where the
+    eigengap after the K-th eigenvalue is wide, and it meets its tolerance, which follows
+    the precision (1e-8 would send every float32 batch to the exact redo)."""
+    from basis.spectral import SubspaceEigensolver, embed_graph
+    from basis.spectral.dense import normalized_laplacian
+
+    K = 10
+    with emulating_cuda():
+        solver = SubspaceEigensolver(K)
+        for name, W in _batches():
+            phi, _, converged = embed_graph(W, K, solver=solver)
+            exact = torch.linalg.eigh(normalized_laplacian(W).double()).eigenvectors[:, :K]
+            assert solver.start is None or solver.start.dtype == torch.float32, solver.start.dtype
+            assert phi.dtype == torch.float32 and bool(converged), name
+            assert _largest_angle(phi, exact) < 1e-5, name
+        assert solver.start.dtype == torch.float32
+    assert devices.eigensolver_dtype(W) == torch.float64  # the CPU's side: LAPACK in float64
+    assert solver.tolerance_for(torch.float64) == 1e-8
+
+
+def test_basis_on_the_cuda_side_in_float32_embeds_as_the_cpu_does_in_float64():
+    """A whole BASiS fit with the float32 subspace solve against the CPU's float64 one, on
+    Siamese-like features: d_G to the analytic embedding within 10 %, and no more exact
+    redos than the CPU's."""
+    from basis.metrics import grassmann_distance
+    from basis.references import analytic_embedding
+
+    X, y = siamese_like(n=1200, classes=6, seed=3)
+    make = partial(estimator, 0, n_iter=150, eigensolver="subspace")
+    settings = {"graph": {"n_neighbors": 10, "scale_neighbor": 7}, "operator": "normalized", "drop_trivial": False}
+    reference = analytic_embedding(X, settings, 6)
+    cpu = make().fit(X, y)
+    with emulating_cuda():
+        cuda_side = make().fit(X, y)
+        assert cuda_side.subspace_solver_.start.dtype == torch.float32
+    d_cpu, d_cuda = (grassmann_distance(fitted.transform(X), reference) for fitted in (cpu, cuda_side))
+    assert abs(d_cuda - d_cpu) <= 0.1 * d_cpu, (d_cpu, d_cuda)
+    assert cuda_side.n_exact_redos_ <= cpu.n_exact_redos_, (cpu.n_exact_redos_, cuda_side.n_exact_redos_)

@@ -12,7 +12,7 @@ from test_together import ROOT
 
 GATE = ROOT / "benchmarks" / "device_gate.py"
 CHECKS = ["device", "together_basis", "together_diffusion_net", "together_specnet1", "together_specnet2"]
-CHECKS += ["cuda_graphs", "reference", "studies", "step", "two_gpus", "baseline_step"]
+CHECKS += ["float32_solve", "cuda_graphs", "reference", "studies", "step", "two_gpus", "baseline_step"]
 
 
 def _readme_lines() -> list[str]:
@@ -36,7 +36,9 @@ def test_the_readmes_gate_passes_every_check_on_the_cuda_side_on_the_cpu():
     verdicts = {line.split()[1].rstrip(":"): line.split()[0] for line in lines}
     assert {verdicts["two_gpus"], verdicts["baseline_step"]} == {"SKIP"}
     assert {verdicts[name] for name in CHECKS[:-2]} == {"PASS"}
-    assert "CUDA side emulated" in lines[0] and done.stdout.rstrip().endswith("11 of 11 checks passed or skipped")
+    assert "CUDA side emulated" in lines[0] and done.stdout.rstrip().endswith(
+        f"{len(CHECKS)} of {len(CHECKS)} checks passed or skipped"
+    )
     if not torch.cuda.is_available():  # the GPU box's command on a box without one fails, and says why
         done = _run(on_gpu)
         assert done.returncode == 1 and "FAIL device: no CUDA device visible to torch" in done.stdout, done.stdout

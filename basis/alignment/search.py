@@ -142,6 +142,8 @@ class RansacSearch:
         if tolerance_mode not in TOLERANCE_MODES:
             raise InputError(f"tolerance_mode must be one of {list(TOLERANCE_MODES)}, got {tolerance_mode!r}")
         self.dtype, device = source.dtype, source.device
+        # float64 on every device: the fits are tiny (a few anchors x K), so precision is
+        # free, and their rank decisions on clustered, rank-deficient anchor sets need it.
         self.source, self.target = source.double(), target.double()
         self.linear, self.rcond, self.max_gain = linear, rcond, max_gain
         self.n_iter, self.max_iter, self.confidence, self.sample_size = n_iter, max_iter, confidence, sample_size

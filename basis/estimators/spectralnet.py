@@ -50,6 +50,9 @@ class SpectralNet(SpectralEstimator):
     def _orthonormal_weights(self, X_orth: torch.Tensor) -> torch.Tensor:
         """W_orth of the net's output on ``X_orth`` (:func:`orthonormal_weights`); the
         stored copy for inference is detached."""
+        # float64 on every device: R^-1 of a nearly collinear output (early training, a
+        # clustered batch) squares its condition number, and its (m x K) size makes
+        # float64 cost nothing next to the network's float32 forward pass.
         w_orth = orthonormal_weights(self.model_(X_orth).double())
         with torch.no_grad():
             self.model_.output_map.copy_(w_orth)

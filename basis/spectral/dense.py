@@ -258,8 +258,9 @@ def embed_graph(
     eigenvalues and, from ``solver``, whether it converged (a 0-dim bool tensor; None for
     the exact solver)."""
     n_eig = n_components + int(drop_trivial)
-    matrix = (laplacian(W) if operator == "unnormalized" else normalized_laplacian(W)).double()
-    degrees = W.double().sum(dim=1)
+    dtype = devices.eigensolver_dtype(W)
+    matrix = (laplacian(W) if operator == "unnormalized" else normalized_laplacian(W)).to(dtype)
+    degrees = W.to(dtype).sum(dim=1)
     converged = None
     if solver is not None:
         upper = 2.0 * degrees.max() if operator == "unnormalized" else 2.0  # Gershgorin; L_N's spectrum is in [0, 2]
@@ -287,7 +288,8 @@ def embed_graph(
 
 class SubspaceEigensolver:
     """The ``n_eig`` smallest eigenpairs of a batch's Laplacian by Chebyshev-filtered
-    subspace iteration (Zhou and Saad, 2007), all on the matrix's device.
+    subspace iteration (Zhou and Saad, 2007), all on the matrix's device and in its
+    precision.
 
     A batch that is aligned to another needs only the invariant subspace of its K
     smallest eigenvectors: the affine map absorbs any basis of it. A block of ``n_eig +
@@ -297,7 +299,8 @@ class SubspaceEigensolver:
     what lies below, re-orthonormalised after each filter (QR); one Rayleigh-Ritz step at
     the end gives the eigenpairs, so where the wanted eigenvalues are distinct they are
     eigh's to rounding. Convergence is checked on the device by the Davis-Kahan bound on
-    the subspace's angle, max residual norm / (theta_n - theta_{n-1}) <= ``tolerance``,
+    the subspace's angle, max residual norm / (theta_n - theta_{n-1}) <= ``tolerance``
+    (at least a thousand rounding units of the matrix's precision, :meth:`tolerance_for`),
     and returned as a 0-dim bool tensor: the caller redoes a batch that fails it with the
     exact solver (a small eigengap, where the bound is loose). After the first solve,
     :meth:`solve` makes no host read and one decomposition (the Rayleigh-Ritz ``eigh``,
@@ -336,9 +339,10 @@ class SubspaceEigensolver:
             vals, vecs = torch.linalg.eigh(matrix)
             self.cut = vals[block - 1]
             return vals[: self.n_eig], vecs[:, : self.n_eig], torch.ones((), dtype=torch.bool, device=matrix.device)
-        if self.start is None or self.start.shape != (m, block):
+        if self.start is None or self.start.shape != (m, block) or self.start.dtype != matrix.dtype:
             generator = torch.Generator().manual_seed(self.seed)
-            self.start = torch.randn(m, block, generator=generator, dtype=torch.float64).to(matrix.device)
+            start = torch.randn(m, block, generator=generator, dtype=torch.float64)
+            self.start = start.to(device=matrix.device, dtype=matrix.dtype)
         # The damped interval must not be empty (no host value is read, nor one copied over).
         cut = self.cut.clamp(max=0.9 * upper) if isinstance(upper, float) else torch.minimum(self.cut, 0.9 * upper)
         half_width, centre = (upper - cut) / 2, (upper + cut) / 2
@@ -348,9 +352,15 @@ class SubspaceEigensolver:
         wanted = X[:, : self.n_eig]
         residual = torch.linalg.norm(matrix @ wanted - wanted * theta[: self.n_eig], dim=0).max()
         gap = theta[self.n_eig] - theta[self.n_eig - 1] if block > self.n_eig else torch.zeros_like(residual)
-        converged = (gap > 0) & (residual <= self.tolerance * gap)
+        converged = (gap > 0) & (residual <= self.tolerance_for(matrix.dtype) * gap)
         self.cut = theta[-1]
         return theta[: self.n_eig], wanted, converged
+
+    def tolerance_for(self, dtype: torch.dtype) -> float:
+        """The subspace tolerance in ``dtype``: ``tolerance``, or a thousand rounding units
+        where that is finer than the precision resolves (float32's residuals sit at ~10
+        units: 1e-8 would send every float32 batch to the exact redo)."""
+        return max(self.tolerance, 1e3 * torch.finfo(dtype).eps)
 
     def _filtered_block(
         self, matrix: torch.Tensor, start: torch.Tensor, centre: torch.Tensor, half_width: torch.Tensor
