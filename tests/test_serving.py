@@ -121,3 +121,45 @@ def test_logging_a_model_reads_its_pins_without_mapping_every_installed_distribu
         assert len(built) == (0 if name == "fast" else 1), name
         assert requirements_utils._MODULES_TO_PACKAGES is None or name == "mapped"
     assert environments[0] == environments[1]
+
+
+def _fitted_checkpoint(tmp_path):
+    X, y = two_moons(200, seed=0)
+    X = X.astype(np.float32)
+    checkpoint = tmp_path / "model.pt"
+    make_estimator("diffusion_net", n_components=2, **SMALL).fit(X, y).save(checkpoint)
+    return X, checkpoint
+
+
+def test_logging_a_model_leaves_its_run_running_for_the_job_to_close(tmp_path):
+    """The run's status is the job's: logging the model (the last step of training) must
+    not close it, or a job killed after it would leave a FINISHED run that no close-stale
+    can see."""
+    X, checkpoint = _fitted_checkpoint(tmp_path)
+    with tracking.tracked_run("exp", "run", {"method": "diffusion_net"}, store=tmp_path / "mlflow") as run:
+        run.log_embedding_model(checkpoint, X[:5], description="raw points")
+        info = run.client.get_run(run.run_id).info
+        assert (info.status, info.end_time) == ("RUNNING", None)
+    assert run.client.get_run(run.run_id).info.status == "FINISHED"
+
+
+def test_a_stop_while_the_model_is_logged_closes_the_run_as_killed(tmp_path, monkeypatch):
+    """A cancel that lands while the model is logged: the stop's watcher closes the run as
+    KILLED while the main thread is still in MLflow's call (basis.runtime.stopping), and the
+    main thread's unwinding must not turn it into FAILED (the SLURM cancel test saw it)."""
+    import mlflow.models
+
+    from basis.errors import Terminated
+    from basis.runtime import stopping
+
+    X, checkpoint = _fitted_checkpoint(tmp_path)
+
+    def stopped_in_mlflow(*args, **kwargs):
+        stopping._clean_up()  # what the watcher does GRACE_S after the signal
+        raise Terminated("signal 15")
+
+    monkeypatch.setattr(mlflow.models, "infer_signature", stopped_in_mlflow)
+    with pytest.raises(Terminated):
+        with tracking.tracked_run("exp", "run", {"method": "diffusion_net"}, store=tmp_path / "mlflow") as run:
+            run.log_embedding_model(checkpoint, X[:5], description="raw points")
+    assert run.client.get_run(run.run_id).info.status == "KILLED"

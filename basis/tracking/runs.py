@@ -147,13 +147,11 @@ class TrackedRun:
         its prediction is the estimator's ``transform`` (see :mod:`basis.tracking.serving`); it takes
         the run's metrics of ``step``, so the buffered steps are written first. Returns the
         model's id."""
-        import mlflow
-
         from basis.tracking.serving import log_embedding_model
 
         self.flush()
-        with scoped_tracking_uri(self.client.tracking_uri), mlflow.start_run(run_id=self.run_id):
-            return log_embedding_model(checkpoint, input_example, description, name=name, step=step)
+        with scoped_tracking_uri(self.client.tracking_uri):
+            return log_embedding_model(self.run_id, checkpoint, input_example, description, name=name, step=step)
 
 
 def process_tags() -> dict[str, str]:

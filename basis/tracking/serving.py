@@ -68,24 +68,45 @@ def _pins_checked_by_version() -> Iterator[None]:
 
 
 def log_embedding_model(
-    checkpoint: str | Path, input_example: np.ndarray, description: str, *, name: str = "model", step: int = 0
+    run_id: str,
+    checkpoint: str | Path,
+    input_example: np.ndarray,
+    description: str,
+    *,
+    name: str = "model",
+    step: int = 0,
 ) -> str:
-    """Log the estimator saved at ``checkpoint`` as the active run's model ``name``, with a
+    """Log the estimator saved at ``checkpoint`` as run ``run_id``'s model ``name``, with a
     signature and an input example taken from ``input_example`` (a few rows). The model
     takes the run's metrics of ``step`` (MLflow's model page shows those: the final step's
     loss and scores) and ``description`` as its note (the page's Description). Returns the
-    model's id."""
-    from mlflow.models import infer_signature
+    model's id. The run is named, not made active: leaving ``mlflow.start_run()`` ends the
+    run (FAILED on any exception, a stop included; FINISHED otherwise, while the job still
+    runs), and the run's status belongs to :func:`basis.tracking.tracked_run` alone."""
+    from mlflow.models import Model, infer_signature
 
     from basis.estimators import SpectralEstimator
 
     example = np.asarray(input_example, dtype=np.float32)
     output = SpectralEstimator.load(checkpoint, device="cpu").transform(example)
+    run = mlflow.MlflowClient().get_run(run_id)
+    # The model is made in the run's experiment, with the run's parameters, as Model.log
+    # (what mlflow.pyfunc.log_model calls) makes it for an active run; both passed on.
+    model = mlflow.initialize_logged_model(
+        name=name,
+        source_run_id=run_id,
+        tags={"mlflow.note.content": description},
+        params=run.data.params,
+        experiment_id=run.info.experiment_id,
+    )
     with _pins_checked_by_version():
-        logged = mlflow.pyfunc.log_model(
+        logged = Model.log(
+            artifact_path=None,
+            flavor=mlflow.pyfunc,
+            run_id=run_id,
+            model_id=model.model_id,
             name=name,
             step=step,
-            tags={"mlflow.note.content": description},
             python_model=EmbeddingModel(),
             artifacts={"estimator": str(checkpoint)},
             code_paths=[str(PACKAGE)],
