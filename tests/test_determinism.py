@@ -127,3 +127,18 @@ def test_the_feature_network_sizes_its_head_to_its_convolutions_output(shape):
     with torch.no_grad():
         assert network(torch.zeros(2, *shape)).shape == (2, 16)
         assert network.conv(torch.zeros(1, *shape)).shape[1] == network.head[0].in_features
+
+
+def test_a_figure_is_the_same_bytes_whenever_it_is_drawn(tmp_path, monkeypatch):
+    """A PDF carries no creation date (matplotlib's default would date it, so a rerun of the
+    same results would write other bytes)."""
+    from basis.studies.figures import plt, save_figure
+
+    drawn = []
+    for epoch in ("1700000000", "1800000000"):  # what matplotlib dates a PDF by, when set
+        monkeypatch.setenv("SOURCE_DATE_EPOCH", epoch)
+        fig, ax = plt.subplots()
+        ax.plot([0, 1], [1, 0])
+        save_figure(fig, tmp_path / epoch / "figure.png")
+        drawn.append([(tmp_path / epoch / f"figure.{suffix}").read_bytes() for suffix in ("png", "pdf")])
+    assert drawn[0] == drawn[1]

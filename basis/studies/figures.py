@@ -31,7 +31,7 @@ def save_figure(fig, out: str | Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(out.with_suffix(".png"), dpi=130)
-    fig.savefig(out.with_suffix(".pdf"))
+    fig.savefig(out.with_suffix(".pdf"), metadata={"CreationDate": None})  # the same bytes from every run
     plt.close(fig)
 
 
