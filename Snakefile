@@ -16,6 +16,8 @@ if not workflow.config_settings.configfiles:
 
 
 include: "workflow/rules/common.smk"
+include: "workflow/rules/paths.smk"
+include: "workflow/rules/commands.smk"
 include: "workflow/rules/tracking.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/features.smk"

@@ -256,3 +256,29 @@ def test_each_methods_seeds_get_a_parent_that_spans_them_and_shares_their_metric
     assert client.get_run(rerun).data.tags["mlflow.parentRunId"] == new_parent
     active = client.search_runs([experiment_id], "tags.`basis.summary` = 'digits/basis'")
     assert [r.info.run_id for r in active] == [new_parent]
+
+
+def test_reading_the_workflow_starts_nothing_and_only_a_real_execution_closes_stale_runs(tmp_path):
+    """Snakemake's parse starts no process (no nvidia-smi, no close-stale): a run left
+    RUNNING by a killed job stays so through a dry run, --lint, --report and a listing, and
+    the first real execution closes it before its jobs (the workflow's onstart)."""
+    folder = copy_workflow(tmp_path / "workflow")
+    store = folder / "results" / "mlflow"
+    bin_folder = tmp_path / "bin"
+    bin_folder.mkdir()
+    marker = tmp_path / "nvidia-smi-ran"
+    (bin_folder / "nvidia-smi").write_text(f"#!/bin/sh\ntouch {marker}\n")
+    (bin_folder / "nvidia-smi").chmod(0o755)
+    env = snakemake_env(folder, PATH=f"{bin_folder}{os.pathsep}{os.environ['PATH']}")
+    killed = subprocess.Popen([sys.executable, "-c", LIVE_RUN, str(store)], stdout=subprocess.PIPE, text=True, env=env)
+    assert killed.stdout.readline().strip() == "open"
+    killed.send_signal(signal.SIGKILL)
+    killed.wait(timeout=60)
+    config = ["--configfile", "tests/configs/tiny.yaml"]
+    for read_only in (["-n"], ["--lint"], ["--report", "report.html"], ["--list-rules"]):
+        run_snakemake(folder, *read_only, *config, env=env)
+        assert _status(store, "live") == "RUNNING", read_only
+    assert not marker.exists(), "the workflow ran nvidia-smi while it was read"
+    done = run_snakemake(folder, "results/data/two_moons.json", *config, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert _status(store, "live") == "KILLED"

@@ -99,6 +99,26 @@ def _method_sources() -> dict[str, tuple[dict[str, str], Path, str]]:
     return methods
 
 
+#: The class attribute in which a method declares the settings that keep its seeds apart
+#: (:meth:`basis.estimators.base.SpectralEstimator._why_not_together`): a literal mapping
+#: of parameter -> (value, why), read here from the source.
+SEEDS_APART_DECLARATION = "SEEDS_APART_WHEN"
+
+
+@cache
+def seeds_apart_when(method: str) -> dict[str, tuple[Any, str]]:
+    """The settings with which ``method`` cannot train its seeds together, as its class
+    declares them (:data:`SEEDS_APART_DECLARATION`): parameter -> (value, why)."""
+    method_parameters(method)
+    _, path, class_name = _method_sources()[method]
+    cls = next(n for n in ast.parse(path.read_text()).body if isinstance(n, ast.ClassDef) and n.name == class_name)
+    for node in cls.body:
+        targets = [node.target] if isinstance(node, ast.AnnAssign) else getattr(node, "targets", [])
+        if any(isinstance(t, ast.Name) and t.id == SEEDS_APART_DECLARATION for t in targets):
+            return ast.literal_eval(node.value)
+    return {}
+
+
 def method_names() -> list[str]:
     """Every registered method."""
     return sorted(_methods())

@@ -14,7 +14,14 @@ from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any
 
-from basis.catalog import RUN_PARAMETERS, TOY_SETS, check_value, method_annotations, method_parameters
+from basis.catalog import (
+    RUN_PARAMETERS,
+    TOY_SETS,
+    check_value,
+    method_annotations,
+    method_parameters,
+    seeds_apart_when,
+)
 from basis.errors import InputError
 from basis.graph.config import GraphConfig, check_choice
 
@@ -147,10 +154,11 @@ def check_config_schema(
 
 def why_seeds_apart(method: str, settings: Mapping[str, Any]) -> str | None:
     """Why ``method`` with ``settings`` cannot train its seeds together, where its settings
-    decide it, or None (torch-free, so that a dry run checks a config with it; the method's
-    own reasons: :meth:`basis.estimators.base.SpectralEstimator._why_not_together`)."""
-    if method == "specnet2" and settings.get("gradient") == "neighbor":
-        return "with gradient='neighbor' its batches (a batch and its neighbours) differ in size from seed to seed"
+    decide it (its class's declaration, :func:`basis.catalog.seeds_apart_when`), or None;
+    torch-free, so that a dry run checks a config with it."""
+    for key, (value, why) in seeds_apart_when(method).items():
+        if settings.get(key) == value:
+            return why
     return None
 
 

@@ -299,12 +299,17 @@ class SpectralEstimator(TrainingLoop, TransformerMixin, BaseEstimator):
         it can train its seeds together (:func:`basis.estimators.together.fit_together`)."""
         raise NotImplementedError
 
+    #: Settings with which a method's seeds cannot train together, and why: parameter ->
+    #: (value, why), a literal (the catalog reads it from the source for a dry run's checks).
+    SEEDS_APART_WHEN: ClassVar[dict[str, tuple[Any, str]]] = {}
+
     def _why_not_together(self) -> str | None:
         """Why this estimator's seeds cannot train together, or None where they can: a
-        method that states its loss with :meth:`_loss_with` can."""
+        method that states its loss with :meth:`_loss_with` can, unless its settings are
+        among those its class declares in :attr:`SEEDS_APART_WHEN`."""
         if type(self)._loss_with is SpectralEstimator._loss_with:
             return "its loss is not stated as a function of the network (_loss_with)"
-        return None
+        return next((why for key, (value, why) in self.SEEDS_APART_WHEN.items() if getattr(self, key) == value), None)
 
     # -- inference and persistence -----------------------------------------------------
     def _check_fitted(self) -> None:

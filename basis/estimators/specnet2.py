@@ -3,13 +3,12 @@ unconstrained loss, then a Rayleigh-Ritz post-processing."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import scipy.linalg
 import torch
 
-from basis.catalog.settings import why_seeds_apart
 from basis.errors import InputError
 from basis.estimators.base import SpectralEstimator, check_features, register
 from basis.estimators.training import FeaturesOf, StepTimer
@@ -54,6 +53,13 @@ class SpecNet2(SpectralEstimator):
     and ``"unnormalized"`` is refused. ``gradient`` defaults to ``"local"`` (the batch's
     own graph, cost independent of n; the BASiS paper does not say which SpecNet2 used).
     """
+
+    SEEDS_APART_WHEN: ClassVar = {
+        "gradient": (
+            "neighbor",
+            "with gradient='neighbor' its batches (a batch and its neighbours) differ in size from seed to seed",
+        )
+    }
 
     def __init__(self, n_components: int = 10, *, gradient: str = "local", **common: Any):
         super().__init__(n_components, **common)
@@ -128,9 +134,6 @@ class SpecNet2(SpectralEstimator):
         X_union, batch_position, W_rows, degrees = tensors
         Y_union = network(X_union)
         return specnet2_loss(Y_union[batch_position], W_rows, degrees, Y_neighbours=Y_union), {}
-
-    def _why_not_together(self) -> str | None:
-        return why_seeds_apart("specnet2", {"gradient": self.gradient}) or super()._why_not_together()
 
     def postprocess(self, X_set: Any) -> SpecNet2:
         """Solve ``specnet2_ev_mat_calc`` on ``X_set`` and store O for :meth:`transform`."""

@@ -342,11 +342,12 @@ _DATABASE_DRIVERS = {"postgresql": "psycopg2", "mysql": "pymysql", "mssql": "pyo
 SERVER_TIMEOUT_S = 5.0
 
 
-def check_tracking_uri(uri: str) -> None:
+def check_tracking_uri(uri: str, *, reach: bool = True) -> None:
     """An ``MLFLOW_TRACKING_URI`` that can be used: a server (http, https) that accepts a
-    connection within :data:`SERVER_TIMEOUT_S`; a SQLite file whose folder exists (MLflow
-    would create the folder, and put artifacts in ./mlruns); a database whose driver is
-    installed; or a local folder (file:)."""
+    connection within :data:`SERVER_TIMEOUT_S` (asked only with ``reach``: the workflow's
+    parse checks the address alone, its start the server); a SQLite file whose folder exists
+    (MLflow would create the folder, and put artifacts in ./mlruns); a database whose driver
+    is installed; or a local folder (file:)."""
     import importlib.util
     import socket
     from urllib.parse import urlparse
@@ -357,6 +358,8 @@ def check_tracking_uri(uri: str) -> None:
     if scheme in ("http", "https"):
         if not parsed.hostname:
             raise InputError(f"MLFLOW_TRACKING_URI {uri} names no host; {expected}")
+        if not reach:
+            return
         try:
             port = parsed.port or (443 if scheme == "https" else 80)
             with socket.create_connection((parsed.hostname, port), timeout=SERVER_TIMEOUT_S):

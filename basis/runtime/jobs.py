@@ -128,3 +128,24 @@ def run_logged(command: list[str], log_path: str | Path, outputs: Sequence[str |
         print(f"{line} (log: {log_path})", file=sys.stderr, flush=True)
         raise SystemExit(status)
     _note_path(log_path).unlink(missing_ok=True)
+
+
+def run_basis_job(smk, command: str) -> None:
+    """A workflow job that runs ``python -m basis <command>`` (the script its rule names is
+    the command's), with the rule's ``params.command`` as its arguments, ``--threads`` the
+    cores Snakemake gave the job (inside a SLURM allocation never more than SLURM gave it:
+    a group's jobs share theirs) and ``params.tags`` as ``--tag`` options (MLflow tags of
+    tracked commands; none for the others). The library is imported from the checkout
+    the workflow lies in, whatever environment runs the job."""
+    arguments = list(map(str, smk.params.command))
+    if arguments[:1] != [command]:
+        raise InputError(f"the rule's params.command {arguments[:1]} is not `{command}`, the command its script runs")
+    root = str(Path(smk.scriptdir).parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    threads = smk.threads
+    if os.environ.get("SLURM_CPUS_PER_TASK", "").isdigit():
+        threads = max(1, min(threads, int(os.environ["SLURM_CPUS_PER_TASK"])))
+    full = [sys.executable, "-m", "basis", *arguments, "--threads", str(threads), "--json"]
+    for tag in smk.params.tags:
+        full += ["--tag", tag]
+    run_logged(full, smk.log[0], smk.output, env=env)

@@ -25,6 +25,8 @@ from basis.tracking.runs import (
 )
 from basis.tracking.store import (
     DEFAULT_STORE,
+    TRACKING_FLAG,
+    check_results_store,
     client,
     config_hash,
     git_commit,
@@ -64,6 +66,8 @@ __all__ = [
     "scoped_tracking_uri",
     "shown_value",
     "store_identity",
+    "TRACKING_FLAG",
+    "check_results_store",
     "summarise_seeds",
     "supersede_older",
     "table1_url",

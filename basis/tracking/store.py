@@ -18,6 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from basis.errors import InputError
+
 DEFAULT_STORE = Path("results/mlflow")
 
 
@@ -58,6 +60,39 @@ def store_identity(store: str | Path = DEFAULT_STORE) -> str | None:
         return os.environ["MLFLOW_TRACKING_URI"]
     created = read_local_store(store, "SELECT MIN(creation_time) FROM experiments")
     return None if created is None else str(created)
+
+
+#: Where the workflow records which store its results were logged to (its tracking_setup rule).
+TRACKING_FLAG = Path("results/mlflow/experiments.json")
+
+
+def check_results_store(flag: str | Path = TRACKING_FLAG, store: str | Path = DEFAULT_STORE) -> None:
+    """Refuse a store the runs cannot go to (an ``MLFLOW_TRACKING_URI`` that is no store's
+    address: whether its server answers is asked when jobs start), and refuse to take
+    finished results for complete when the MLflow store behind them was deleted or replaced
+    (its runs are gone): an InputError saying what to do. Only reads ``flag`` and the store."""
+    from basis.runtime.inputs import check_tracking_uri
+
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        check_tracking_uri(os.environ["MLFLOW_TRACKING_URI"], reach=False)
+    flag = Path(flag)
+    if not flag.exists():
+        return
+    recorded = json.loads(flag.read_text()).get("store")
+    found = store_identity(store)
+    if found == recorded:
+        return
+    database = Path(store) / "mlflow.db"
+    if found is not None:
+        state = "is not the one the results were logged to"
+    elif database.is_file():
+        state = "is not a readable MLflow database (corrupt, or another kind of file)"
+    else:
+        state = "is missing"
+    raise InputError(
+        f"the MLflow store {database} {state}, so the runs behind results/ are not in it."
+        f" Restore it, or delete {flag} to log every tracked job again into a new store (all of them rerun)."
+    )
 
 
 def read_local_store(store: str | Path, query: str) -> Any:

@@ -26,4 +26,4 @@ rule ablation_run:
         # the command tags each variant's runs (alignment, variant)
         tags=lambda wildcards: run_tags(wildcards, "ablation_run"),
     script:
-        "../scripts/basis_command.py"
+        "../scripts/run.py"

@@ -21,4 +21,4 @@ rule download:
         ],
         tags=[],
     script:
-        "../scripts/basis_command.py"
+        "../scripts/download.py"

@@ -38,4 +38,4 @@ rule siamese_features:
             wildcards, "siamese_features", section={"features": config["features"], "data_seed": config["data_seed"]}
         ),
     script:
-        "../scripts/basis_command.py"
+        "../scripts/features.py"

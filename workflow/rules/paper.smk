@@ -1,3 +1,13 @@
+FIGURES_DIR = "results/paper/figures"
+# figure name -> (study, the study folders it is drawn from, whether it also writes its
+# numbers as a table, <figure>.md)
+STUDY_FIGURES = {
+    figure.name: (name, [study_folder(name, run) for run in (figure.runs or STUDY_RUNS[name])], figure.table)
+    for name, study in STUDIES.items()
+    for figure in study.figures
+}
+
+
 # Assembly: Table 1, every figure (PNG + PDF, with a caption in the report and in MLflow),
 # the kNN and ablation summaries, and the paper-vs-reproduced comparison.
 rule table1:
@@ -63,7 +73,7 @@ for figure, (study, folders, has_table) in STUDY_FIGURES.items():
             ],
             tags=run_tags({}, "figure", figure, STUDIES_CONFIG[study]),
         script:
-            "../scripts/basis_command.py"
+            "../scripts/figure.py"
 
 
 rule knn_sensitivity:

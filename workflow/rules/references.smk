@@ -17,9 +17,7 @@ rule reference_embedding:
         gpu_slot=GPU_SLOT,
     params:
         code=CODE[None],
-        command=lambda wildcards, input, output: reference_command(
-            wildcards, input, output, protocol_settings(REFERENCE_KEYS)
-        ),
+        command=reference_command,
         tags=lambda wildcards: reference_tags(wildcards, "reference_embedding"),
     script:
-        "../scripts/basis_command.py"
+        "../scripts/reference.py"

@@ -18,11 +18,11 @@ rule knn_reference:
     params:
         code=CODE[None],
         command=lambda wildcards, input, output: reference_command(
-            wildcards, input, output, protocol_settings(REFERENCE_KEYS) + [f"graph.n_neighbors={wildcards.k}"]
+            wildcards, input, output, [f"graph.n_neighbors={wildcards.k}"]
         ),
         tags=lambda wildcards: reference_tags(wildcards, "knn_reference", f"k{wildcards.k}"),
     script:
-        "../scripts/basis_command.py"
+        "../scripts/reference.py"
 
 
 rule knn_run:
@@ -52,9 +52,9 @@ rule knn_run:
             input,
             f"results/knn/{wildcards.dataset}/k{wildcards.k}/{wildcards.method}",
             EXPERIMENTS["sensitivity"],
-            settings_for(wildcards.method) + [f"graph.n_neighbors={wildcards.k}"],
+            method_assignments(config, wildcards.method) + [f"graph.n_neighbors={wildcards.k}"],
             KNN["seeds"],
         ),
         tags=lambda wildcards: run_tags(wildcards, "knn_run", f"k{wildcards.k}"),
     script:
-        "../scripts/basis_command.py"
+        "../scripts/run.py"

@@ -33,4 +33,4 @@ for name, study in STUDIES.items():
                 wildcards, f"study_{name}", study_variant(name, wildcards), STUDIES_CONFIG[name]
             ),
         script:
-            "../scripts/basis_command.py"
+            "../scripts/study.py"

@@ -25,9 +25,9 @@ rule train_and_evaluate:
             input,
             f"results/runs/{wildcards.dataset}/{wildcards.method}",
             EXPERIMENTS["runs"],
-            settings_for(wildcards.method),
+            method_assignments(config, wildcards.method),
             config["seeds"],
         ),
         tags=lambda wildcards: run_tags(wildcards, "train_and_evaluate"),
     script:
-        "../scripts/basis_command.py"
+        "../scripts/run.py"

@@ -1,0 +1,175 @@
+"""The workflow's config checks, the store check and the GPU count, without Snakemake: the
+functions the workflow calls at parse time, torch-free."""
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from snakemake.utils import validate
+
+from basis.catalog import FEATURE_SETS, TOY_SETS, method_names
+from basis.catalog.config import ablation_variants, check_workflow_config, method_assignments, protocol_assignments
+from basis.catalog.settings import REFERENCE_KEYS
+from basis.errors import InputError
+from basis.runtime.gpus import visible_gpu_count
+from basis.tracking import check_results_store
+
+ROOT = Path(__file__).resolve().parents[1]
+SCHEMA = ROOT / "workflow/schemas/config.schema.yaml"
+CONFIGS = [ROOT / "config/config.yaml", ROOT / "config/quick.yaml", ROOT / "tests/configs/tiny.yaml"]
+
+
+def _config(path=ROOT / "tests/configs/tiny.yaml", **changes):
+    """A shipped config with the schema's defaults set, as the workflow sees it."""
+    config = yaml.safe_load(Path(path).read_text())
+    for dotted, value in changes.items():
+        *parents, key = dotted.split("__")
+        node = config
+        for parent in parents:
+            node = node[parent]
+        node[key] = value
+    validate(config, str(SCHEMA))
+    return config
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_every_shipped_config_passes(path):
+    check_workflow_config(_config(path))
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (
+            {"protocol__graph__n_neighbors": 128},
+            "config: protocol.graph.n_neighbors (128) must be smaller than protocol.batch_size (128)",
+        ),
+        (
+            {"experiments__knn__n_neighbors": [10, 200, 300]},
+            "config: experiments.knn.n_neighbors ([200, 300]) must be smaller than protocol.batch_size (128)",
+        ),
+        ({"methods": {"basis": {}}}, "config: experiments.knn.methods ['specnet1'] are not in methods ['basis']"),
+        ({"seeds_together": True}, "config: seeds_together: true needs seeds_in_one_job: true"),
+        ({"methods__specnet1": {"anchors_per_class": 3}}, "config: methods.specnet1 or protocol:"),
+        ({"experiments__ablation__settings": {"n_iter": 0}}, "config: experiments.ablation.settings:"),
+        (
+            {"experiments__variants__settings__protocol": {"batch_size": 1}},
+            "config: experiments.variants.settings.protocol:",
+        ),
+        ({"experiments__toy__settings": {"n_samples": 900, "epochs": 3}}, "config: experiments.toy: toy takes no"),
+    ],
+)
+def test_a_config_the_schema_cannot_refuse_is_refused_in_one_line(changes, message):
+    with pytest.raises(InputError) as refused:
+        check_workflow_config(_config(**changes))
+    assert str(refused.value).startswith(message), str(refused.value)
+    assert "\n" not in str(refused.value)
+
+
+def test_seeds_together_is_refused_where_a_method_declares_its_seeds_apart():
+    config = _config(seeds_together=True, seeds_in_one_job=True, methods__specnet2={"gradient": "neighbor"})
+    with pytest.raises(InputError, match="specnet2 cannot train its seeds together: with gradient='neighbor'"):
+        check_workflow_config(config)
+
+
+def test_a_missing_study_section_is_named():
+    config = _config()
+    del config["experiments"]["bunny"]
+    with pytest.raises(InputError, match=r"experiments has no section for the studies \['bunny'\]"):
+        check_workflow_config(config)
+
+
+def test_the_checks_import_neither_torch_nor_snakemake():
+    code = (
+        "import sys, yaml\n"
+        "from basis.catalog.config import check_workflow_config\n"
+        "from basis.runtime.gpus import visible_gpu_count\n"
+        "from basis.tracking import check_results_store\n"
+        f"config = yaml.safe_load(open({str(ROOT / 'tests/configs/tiny.yaml')!r}))\n"
+        "config.setdefault('seeds_together', 'auto')\n"
+        "check_workflow_config(config); visible_gpu_count(); check_results_store()\n"
+        "print(sorted(m for m in ('torch', 'snakemake', 'mlflow') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_the_settings_a_job_gets_are_the_protocol_then_the_methods_own():
+    config = _config()
+    assert method_assignments(config, "basis")[-1] == "anchors_per_class=10"
+    assert method_assignments(config, "basis")[0] == f"batch_size={config['protocol']['batch_size']}"
+    # a reference takes the protocol's reference keys only, diffusion_time among them when set
+    config["protocol"]["diffusion_time"] = 2.0
+    keys = {assignment.split("=", 1)[0] for assignment in protocol_assignments(config, REFERENCE_KEYS)}
+    assert keys == set(REFERENCE_KEYS)
+
+
+def test_the_ablation_variants_add_outliers_only_where_a_fraction_is_set():
+    assert ablation_variants({}) == ["ransac", "lstsq", "none"]
+    assert ablation_variants({"outlier_fraction": 0.2})[3:] == ["ransac-outliers", "lstsq-outliers", "none-outliers"]
+
+
+def test_the_schema_names_what_the_catalog_declares():
+    """The schema's lists of names are the catalog's: a method or data set added to one and
+    not the other fails here."""
+    schema = yaml.safe_load(SCHEMA.read_text())["properties"]
+    assert schema["methods"]["propertyNames"]["enum"] == method_names()
+    # the data sets a run takes: the feature sets and the toy sets (the bunny is its study's)
+    assert schema["datasets"]["items"]["enum"] == [*FEATURE_SETS, *TOY_SETS]
+    toy = schema["experiments"]["properties"]["toy"]["properties"]["datasets"]["items"]["enum"]
+    assert toy == list(TOY_SETS)
+
+
+@pytest.mark.parametrize(
+    ("visible", "count"),
+    [(None, 2), ("0", 1), ("1,0", 2), ("0,1,2,3", 2), ("", 0), ("-1", 0), ("0,-1,1", 1), ("GPU-8a1b", 1)],
+)
+def test_the_gpus_are_counted_from_their_device_files_as_cuda_visible_devices_shows_them(
+    tmp_path, monkeypatch, visible, count
+):
+    for name in ("nvidia0", "nvidia1", "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset"):
+        (tmp_path / name).touch()
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    if visible is not None:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert visible_gpu_count(tmp_path) == count
+
+
+def test_no_device_folder_means_no_gpu(tmp_path):
+    assert visible_gpu_count(tmp_path / "missing", visible=None) == 0
+    assert visible_gpu_count(tmp_path, visible="0") == 0  # a CPU-only box
+
+
+def test_results_without_their_store_are_refused(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    flag, store = tmp_path / "experiments.json", tmp_path / "mlflow"
+    check_results_store(flag, store)  # never tracked: nothing to check
+    flag.write_text(json.dumps({"store": "1700000000000"}))
+    with pytest.raises(InputError, match="mlflow.db is missing, so the runs behind results/ are not in it"):
+        check_results_store(flag, store)
+    store.mkdir()
+    (store / "mlflow.db").write_bytes(b"not a database" * 100)
+    with pytest.raises(InputError, match="is not a readable MLflow database"):
+        check_results_store(flag, store)
+
+
+def test_the_checks_do_not_change_the_config():
+    config = _config()
+    kept = copy.deepcopy(config)
+    check_workflow_config(config)
+    assert config == kept
+
+
+@pytest.mark.parametrize("method", method_names())
+def test_the_catalog_reads_each_methods_seeds_apart_declaration_as_its_class_holds_it(method):
+    from basis.catalog import seeds_apart_when
+    from basis.estimators import make_estimator
+
+    estimator = make_estimator(method)
+    assert seeds_apart_when(method) == type(estimator).SEEDS_APART_WHEN
+    for key, (value, why) in seeds_apart_when(method).items():
+        assert make_estimator(method, **{key: value})._why_not_together() == why

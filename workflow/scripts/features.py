@@ -1,0 +1,10 @@
+"""The job: `python -m basis features` with the rule's params.command (an argument list)."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(snakemake.scriptdir).parents[1]))  # noqa: F821 (injected by Snakemake)
+
+from basis.runtime.jobs import run_basis_job  # noqa: E402
+
+run_basis_job(snakemake, "features")  # noqa: F821
