@@ -6,6 +6,8 @@ import math
 
 import pandas as pd
 
+from basis.catalog import DATASET_LABELS, METHOD_LABELS
+
 #: Table 1's measures by the paper's equations (the probe: ours, trained to convergence).
 MEASURES = ("d_G", "d_perp", "nmi", "acc", "accuracy")
 #: For each measure, the variant that produced the paper's Table 1 numbers: the authors'
@@ -45,14 +47,6 @@ def not_a_distance(row: pd.Series) -> bool:
     skew = row.get(("d_G_code_skew", "mean"), float("nan"))
     return not math.isnan(skew) and skew > SKEW_LIMIT
 
-
-METHOD_LABELS = {
-    "diffusion_net": "Diffusion-Net",
-    "specnet1": "SpecNet1",
-    "specnet2": "SpecNet2",
-    "basis": "BASiS (Ours)",
-}
-DATASET_LABELS = {"mnist": "MNIST", "fashion_mnist": "Fashion-MNIST", "svhn": "SVHN", "cifar10": "CIFAR-10"}
 
 _T1 = {  # measure -> method -> (mnist, fashion_mnist, svhn, cifar10) as (mean, std)
     "d_G": {

@@ -6,7 +6,7 @@ which maps the embedding of the features after ``spectral_every`` steps onto the
 the untrained features, fixes the shape that every later base keeps. This prints, per
 seed, the gap, and the ratio of the two singular values of the three class centres of
 the base embedding at the last snapshot, freshly computed and after T_G
-(:func:`basis.feature_change.centre_aspect`): near 1, a triangle; large, the classes
+(:func:`basis.changing_features.centre_aspect`): near 1, a triangle; large, the classes
 squeezed towards a line, which the network then learns.
 
     python benchmarks/feature_change_seeds.py --seeds 8

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from basis import metrics
-from basis.data.toy import blobs, two_moons
+from basis.data.toy_sets import blobs, two_moons
 from basis.estimators import SpectralNet
 from basis.references import analytic_embedding
 

@@ -8,7 +8,7 @@ import torch
 from sklearn.model_selection import train_test_split
 
 from basis import metrics
-from basis.data.toy import three_moons, three_moons_anchors
+from basis.data.toy_sets import three_moons, three_moons_anchors
 from basis.estimators import BASiS, SpectralEstimator
 from basis.references import analytic_embedding
 from basis.studies.consistency import anchor_spread

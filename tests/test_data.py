@@ -14,7 +14,7 @@ import scipy.io
 from conftest import HANG_GUARD_S
 
 from basis.data import DatasetUnavailableError, load_dataset
-from basis.data.bunny import circular_correlation, render_turntable
+from basis.data.rendered_bunny import circular_correlation, render_turntable
 from basis.errors import InputError
 from basis.graph import GraphConfig, sparse_affinity
 from basis.spectral import sparse_spectral_embedding

@@ -9,7 +9,7 @@ import torch
 from sklearn.base import clone
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from basis.data.toy import three_moons
+from basis.data.toy_sets import three_moons
 from basis.estimators import METHODS, BASiS, DiffusionNet, SpecNet2, SpectralEstimator, SpectralNet, register
 
 SMALL = dict(batch_size=8, n_iter=2, hidden=(16, 16), graph={"n_neighbors": 3, "scale_neighbor": 2}, device="cpu")

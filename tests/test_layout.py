@@ -7,7 +7,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1] / "basis"
 #: The science: what a researcher reuses, which needs neither the command line nor MLflow.
 SCIENCE = ("graph", "spectral", "alignment", "models", "estimators", "metrics", "data", "features")
-SCIENCE += ("references", "experiment", "feature_change", "studies", "paper")
+SCIENCE += ("references", "experiment", "changing_features", "studies", "paper")
 #: Longest module, in lines.
 MAX_LINES = 520
 
@@ -116,3 +116,49 @@ def test_only_the_runtime_decides_on_the_device():
         if lines:
             offenders[str(path.relative_to(ROOT.parent))] = lines
     assert offenders == {}
+
+
+#: The package's floors, lowest first: a module imports only from its own floor or below.
+FLOORS = (
+    "errors",
+    "runtime",
+    "graph",
+    "catalog",
+    "spectral",
+    "alignment",
+    "models",
+    "metrics",
+    "data",
+    "estimators",
+    "features",
+    "references",
+    "experiment",
+    "changing_features",
+    "studies",
+    "paper",
+    "tracking",
+    "cli",
+    "__main__",
+)
+
+
+def test_every_import_goes_down():
+    graph = _imports()
+    assert {_part(module) for module in graph} - {""} == set(FLOORS), "a new part of basis needs its floor"
+    upward = {
+        (module, target)
+        for module, targets in graph.items()
+        for target in targets
+        if _part(module) and FLOORS.index(_part(target)) > FLOORS.index(_part(module))
+    }
+    assert upward == set()
+
+
+def test_no_module_name_stands_for_two_things():
+    """A file name is used once in basis/ (a study and its data set, or its trainer, are
+    named apart), so that a name in a traceback or an import says which one."""
+    stems: dict[str, list[str]] = {}
+    for path in ROOT.rglob("*.py"):
+        if path.name != "__init__.py":
+            stems.setdefault(path.stem, []).append(str(path.relative_to(ROOT)))
+    assert {stem: paths for stem, paths in stems.items() if len(paths) > 1} == {}

@@ -11,7 +11,7 @@ import pytest
 from conftest import HANG_GUARD_S
 
 from basis import tracking
-from basis.data.toy import two_moons
+from basis.data.toy_sets import two_moons
 from basis.estimators import make_estimator
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,10 +10,10 @@ import pytest
 
 from basis import catalog
 from basis.catalog.settings import resolve_settings
-from basis.data.toy import TOY_SETS
+from basis.changing_features import FeatureChangeTrainer
+from basis.data.toy_sets import TOY_SETS
 from basis.errors import InputError
 from basis.estimators import METHODS
-from basis.feature_change import FeatureChangeTrainer
 from basis.studies import study_function, study_module
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""The experiments beyond Table 1 (basis.studies, basis.feature_change) and their claims."""
+"""The experiments beyond Table 1 (basis.studies, basis.changing_features) and their claims."""
 
 import json
 import subprocess
@@ -11,8 +11,8 @@ import pytest
 import torch
 from conftest import HANG_GUARD_S
 
+from basis.changing_features import FeatureChangeTrainer, summarize
 from basis.data import load_dataset
-from basis.feature_change import FeatureChangeTrainer, summarize
 from basis.paper import paper_claims
 from basis.studies.consistency import anchor_consistency, consistency_claims
 from basis.studies.feature_change import feature_change
@@ -289,7 +289,7 @@ def test_study_cli_writes_its_results_and_refuses_unknown_settings(tmp_path):
 
 
 def test_centre_aspect_is_one_for_an_even_triangle_and_grows_as_classes_line_up(rng):
-    from basis.feature_change import centre_aspect
+    from basis.changing_features import centre_aspect
 
     labels = np.repeat([0, 1, 2], 20)
     triangle = np.array([[1.0, 0.0], [-0.5, np.sqrt(3) / 2], [-0.5, -np.sqrt(3) / 2]])

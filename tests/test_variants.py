@@ -7,7 +7,7 @@ import torch
 
 from basis.alignment import align_affine, apply_affine, ransac_affine
 from basis.data import load_dataset
-from basis.data.toy import two_moons
+from basis.data.toy_sets import two_moons
 from basis.estimators import BASiS
 from basis.graph import GraphConfig, dense_affinity
 from basis.references import analytic_embedding

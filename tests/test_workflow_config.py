@@ -12,8 +12,13 @@ import yaml
 from snakemake.utils import validate
 
 from basis.catalog import FEATURE_SETS, TOY_SETS, method_names
-from basis.catalog.config import ablation_variants, check_workflow_config, method_assignments, protocol_assignments
 from basis.catalog.settings import REFERENCE_KEYS
+from basis.catalog.workflow_config import (
+    ablation_variants,
+    check_workflow_config,
+    method_assignments,
+    protocol_assignments,
+)
 from basis.errors import InputError
 from basis.runtime.gpus import visible_gpu_count
 from basis.tracking import check_results_store
@@ -86,7 +91,7 @@ def test_a_missing_study_section_is_named():
 def test_the_checks_import_neither_torch_nor_snakemake():
     code = (
         "import sys, yaml\n"
-        "from basis.catalog.config import check_workflow_config\n"
+        "from basis.catalog.workflow_config import check_workflow_config\n"
         "from basis.runtime.gpus import visible_gpu_count\n"
         "from basis.tracking import check_results_store\n"
         f"config = yaml.safe_load(open({str(ROOT / 'tests/configs/tiny.yaml')!r}))\n"

@@ -48,6 +48,15 @@ IMAGE_SHAPES = {
 FEATURE_SETS = (*IMAGE_SETS, "digits")
 DATASETS = (*TOY_SETS, "digits", "bunny", *IMAGE_SETS)
 #: The share of a generated set (toy sets, digits) held out as its test split.
+#: How tables and figures name each method and image set.
+METHOD_LABELS = {
+    "diffusion_net": "Diffusion-Net",
+    "specnet1": "SpecNet1",
+    "specnet2": "SpecNet2",
+    "basis": "BASiS (Ours)",
+}
+DATASET_LABELS = {"mnist": "MNIST", "fashion_mnist": "Fashion-MNIST", "svhn": "SVHN", "cifar10": "CIFAR-10"}
+
 TEST_FRACTION = 0.2
 #: Nodes per batch of the toy protocol (Fig. 1), before its anchors are added.
 TOY_BATCH_SIZE = 256
@@ -285,7 +294,7 @@ def study_runs(name: str, section: dict) -> dict[str, dict]:
 CLASS_LABELS = {name: tuple(range(10)) for name in FEATURE_SETS} | {
     name: tuple(range(n)) for name, n in TOY_CLASSES.items()
 }
-#: Anchors per class that the toy protocol adds to every batch (:func:`basis.data.toy.three_moons_anchors`).
+#: Anchors per class that the toy protocol adds to every batch (:func:`basis.data.toy_sets.three_moons_anchors`).
 TOY_ANCHORS_PER_CLASS = 3
 
 
@@ -420,7 +429,7 @@ def _method_files() -> dict[str, list[Path]]:
 def _methods_used(path: Path) -> list[str]:
     """The methods a module trains, directly or through the library modules it imports:
     the estimator classes imported from ``basis.estimators`` along its imports within the
-    package (e.g. the feature-change study -> ``basis.feature_change`` -> BASiS)."""
+    package (e.g. the feature-change study -> ``basis.changing_features`` -> BASiS)."""
     by_class = {class_name: name for name, (_, _, class_name) in _method_sources().items()}
     used, seen, queue = set(), set(), [path]
     while queue:

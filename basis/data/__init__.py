@@ -25,7 +25,7 @@ from basis.catalog import (  # noqa: F401 (the names, re-exported)
     IMAGE_SHAPES,
     TEST_FRACTION,
 )
-from basis.data import bunny, standins, toy
+from basis.data import rendered_bunny, standins, toy_sets
 from basis.errors import InputError
 from basis.runtime.inputs import MAX_FEATURE_MAGNITUDE, check_path_length, file_md5
 
@@ -231,7 +231,7 @@ def _split(
 
 def load_toy(name: str, *, n_samples: int | None = None, seed: int = 0, test_size: float = TEST_FRACTION) -> Dataset:
     """A toy set of Figs. 1 and 3 (9,000 nodes by default; three moons: 3 x 3,330)."""
-    generator = toy.TOY_SETS[name]
+    generator = toy_sets.TOY_SETS[name]
     if name == "three_moons":
         X, y = generator(n_per_moon=(n_samples or 9990) // 3, seed=seed)
     else:
@@ -260,10 +260,10 @@ def load_bunny(
     otherwise frames are rendered. The paper trains on 1,500 frames and tests on 500.
     """
     if frames_dir is not None:
-        frames = bunny.load_frames(frames_dir, resolution)
+        frames = rendered_bunny.load_frames(frames_dir, resolution)
         angles = np.full(len(frames), np.nan)
     else:
-        frames, angles = bunny.render_turntable(n_frames, resolution, seed=seed)
+        frames, angles = rendered_bunny.render_turntable(n_frames, resolution, seed=seed)
     return _split("bunny", frames[:, None], angles, seed, n_test, stratify=False)
 
 

@@ -41,7 +41,7 @@ def bunny_diffusion_maps(
     """
     from basis import metrics
     from basis.data import load_bunny
-    from basis.data.bunny import circular_correlation
+    from basis.data.rendered_bunny import circular_correlation
     from basis.estimators import BASiS
     from basis.references import analytic_embedding
 

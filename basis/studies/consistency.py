@@ -102,7 +102,7 @@ def anchor_consistency(
     split into the three moons, whose eigenvectors are then constant on each moon, and a
     wrong map would look right beyond the anchors); ``n_disconnected_batches`` counts
     those that are not."""
-    from basis.data.toy import TOY_GRAPH, three_moons, three_moons_anchors
+    from basis.data.toy_sets import TOY_GRAPH, three_moons, three_moons_anchors
 
     X, y = three_moons(n_per_moon=n_samples // 3, seed=data_seed)
     anchors = three_moons_anchors(X, y)

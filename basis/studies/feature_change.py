@@ -31,9 +31,9 @@ def feature_change(
     """Figs. 6-8: Algorithm 2 on an image set's raw images, optionally restricted to
     ``classes`` (the paper's 2-D run: digits 4, 7 and 9). ``n_components`` defaults to
     classes - 1 (paper: 9 for MNIST, 2 for 4/7/9); ``settings`` go to
-    :class:`~basis.feature_change.FeatureChangeTrainer`."""
+    :class:`~basis.changing_features.FeatureChangeTrainer`."""
+    from basis.changing_features import FeatureChangeTrainer, centre_aspect, snapshot_arrays, summarize
     from basis.data import load_dataset
-    from basis.feature_change import FeatureChangeTrainer, centre_aspect, snapshot_arrays, summarize
 
     data = load_dataset(dataset, seed=data_seed, root=data_root)
     if not data.is_image:

@@ -16,8 +16,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from basis.catalog import METHOD_LABELS  # noqa: E402
 from basis.errors import InputError  # noqa: E402
-from basis.paper import METHOD_LABELS  # noqa: E402
 from basis.runtime.outputs import read_metrics  # noqa: E402
 
 __all__ = ["CLUSTER_COLOURS", "knn_sensitivity", "load_study", "plt", "save_figure"]

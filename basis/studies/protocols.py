@@ -11,7 +11,7 @@ from typing import Any
 from basis.catalog import FEATURE_SETS, TOY_BATCH_SIZE, TOY_SETS
 from basis.catalog.settings import EVALUATION_KEYS, resolve_settings
 from basis.data import Dataset, load_dataset, load_inputs
-from basis.data.toy import TOY_GRAPH, three_moons_anchors
+from basis.data.toy_sets import TOY_GRAPH, three_moons_anchors
 from basis.errors import InputError
 
 

@@ -40,7 +40,7 @@ def toy_example(
     ``batch_size`` nodes, RANSAC with 5 anchors and absolute tolerance 0.01.
     """
     from basis import metrics
-    from basis.data.toy import TOY_SETS
+    from basis.data.toy_sets import TOY_SETS
     from basis.estimators import BASiS
     from basis.references import analytic_embedding
     from basis.studies.protocols import toy_protocol

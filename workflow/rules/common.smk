@@ -17,7 +17,7 @@ from basis.catalog import (
     method_names,
     study_names,
 )
-from basis.catalog.config import check_workflow_config
+from basis.catalog.workflow_config import check_workflow_config
 from basis.catalog.settings import check_config_schema, check_yaml_file
 from basis.errors import InputError
 from basis.runtime.gpus import visible_gpu_count

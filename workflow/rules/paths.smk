@@ -3,7 +3,7 @@
 # rules of studies.smk, sensitivity.smk, ablation.smk and paper.smk are built from those
 # declarations) and the ablation's variants.
 from basis.catalog import TOY_SETS, study_declaration, study_folder
-from basis.catalog.config import ablation_variants, workflow_study_runs
+from basis.catalog.workflow_config import ablation_variants, workflow_study_runs
 
 
 def seed_patterns(folder, name, n_seeds):
