@@ -162,3 +162,32 @@ def test_no_module_name_stands_for_two_things():
         if path.name != "__init__.py":
             stems.setdefault(path.stem, []).append(str(path.relative_to(ROOT)))
     assert {stem: paths for stem, paths in stems.items() if len(paths) > 1} == {}
+
+
+#: Longest function or method, in lines of code (docstrings, comments and blank lines aside;
+#: a nested function counts in its parent too).
+MAX_FUNCTION_LINES = 80
+
+
+def _code_lines(lines: list[str], node: ast.AST) -> int:
+    body = node.body
+    docstring = range(0)
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        docstring = range(body[0].lineno, body[0].end_lineno + 1)
+    return sum(
+        1
+        for number in range(node.lineno, node.end_lineno + 1)
+        if number not in docstring and lines[number - 1].strip() and not lines[number - 1].strip().startswith("#")
+    )
+
+
+def test_no_function_is_longer_than_the_limit():
+    long = {}
+    for path in ROOT.rglob("*.py"):
+        source = path.read_text()
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = _code_lines(source.splitlines(), node)
+                if n > MAX_FUNCTION_LINES:
+                    long[f"{path.relative_to(ROOT.parent)}:{node.name}"] = n
+    assert long == {}

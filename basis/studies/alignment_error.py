@@ -69,7 +69,6 @@ def alignment_error(
     """
     import torch
 
-    from basis.alignment import align_affine, apply_affine
     from basis.graph import GraphConfig, dense_affinity
     from basis.runtime.device import resolve_device
     from basis.spectral import spectral_embedding
@@ -105,6 +104,18 @@ def alignment_error(
             f" plus at least one and at most {others} others of {dataset!r}'s training split"
         )
     config = GraphConfig.from_dict(graph_settings["graph"])
+
+    def embed(points: np.ndarray):
+        """A batch's spectral embedding (one more eigenvalue than embedded, for the gap)."""
+        W = dense_affinity(torch.as_tensor(points, dtype=torch.float64, device=device), config)
+        return spectral_embedding(
+            W,
+            n_components + 1,
+            operator=graph_settings["operator"],
+            drop_trivial=graph_settings["drop_trivial"],
+            on_disconnected="ignore",
+        )
+
     rng = np.random.default_rng(seed)
     others_all = np.setdiff1d(np.arange(len(X)), anchors)
     result: dict[str, float] = {"n_pairs": n_pairs, "n_components": n_components}
@@ -113,37 +124,48 @@ def alignment_error(
         errors, inverse_gaps = [], []
         for _ in range(n_pairs):
             held_out = rng.choice(others_all, n_held_out, replace=False)
-            shared = np.concatenate([anchors, held_out])
             rest = np.setdiff1d(others_all, held_out)
-            embeddings, gaps = [], None
-            for _ in range(2):
-                batch = np.concatenate([shared, rng.choice(rest, m - len(shared), replace=False)])
-                W = dense_affinity(torch.as_tensor(X[batch], dtype=torch.float64, device=device), config)
-                phi, values = spectral_embedding(
-                    W,
-                    n_components + 1,
-                    operator=graph_settings["operator"],
-                    drop_trivial=graph_settings["drop_trivial"],
-                    on_disconnected="ignore",
-                )
-                embeddings.append(phi[:, :n_components])
-                gaps = eigengaps(values.cpu().numpy(), n_components) if gaps is None else gaps
-            first, second = embeddings
-            fit = align_affine(second[: len(anchors)], first[: len(anchors)])
-            rows = slice(len(anchors), len(shared))
-            aligned = apply_affine(fit.transform, second[rows]).cpu().numpy()
-            truth = first[rows].cpu().numpy()
-            errors.append(np.linalg.norm(aligned - truth, axis=0) / np.linalg.norm(truth, axis=0))
+            error, gaps = _pair_error(X, anchors, held_out, rest, m, rng, embed, n_components)
+            errors.append(error)
             inverse_gaps.append(1.0 / np.maximum(gaps, 1e-12))
         errors_m, inverse_m = np.asarray(errors), np.asarray(inverse_gaps)
         arrays[f"m{m}/error"], arrays[f"m{m}/inverse_gap"] = errors_m, inverse_m
-        log_inverse, log_error = np.log(inverse_m.ravel()), np.log(errors_m.ravel())
-        slope, _ = np.polyfit(log_inverse, log_error, 1)
-        result[f"m{m}/median_error"] = float(np.median(errors_m))
-        result[f"m{m}/median_inverse_gap"] = float(np.median(inverse_m))
-        result[f"m{m}/correlation"] = float(np.corrcoef(log_inverse, log_error)[0, 1])
-        result[f"m{m}/slope"] = float(slope)
+        result |= _error_against_gap(m, errors_m, inverse_m)
     return result, arrays
+
+
+def _pair_error(X, anchors, held_out, rest, m: int, rng, embed, n_components: int) -> tuple[np.ndarray, np.ndarray]:
+    """One pair of batches of ``m`` nodes sharing the anchors and ``held_out`` (the others
+    drawn from ``rest``): the second batch's embedding (``embed``, its first
+    ``n_components``) aligned to the first's on the anchors, each eigenvector's relative
+    error on the held-out nodes, and the first batch's eigengaps."""
+    from basis.alignment import align_affine, apply_affine
+
+    shared = np.concatenate([anchors, held_out])
+    embeddings, gaps = [], None
+    for _ in range(2):
+        batch = np.concatenate([shared, rng.choice(rest, m - len(shared), replace=False)])
+        phi, values = embed(X[batch])
+        embeddings.append(phi[:, :n_components])
+        gaps = eigengaps(values.cpu().numpy(), n_components) if gaps is None else gaps
+    first, second = embeddings
+    fit = align_affine(second[: len(anchors)], first[: len(anchors)])
+    rows = slice(len(anchors), len(shared))
+    aligned = apply_affine(fit.transform, second[rows]).cpu().numpy()
+    truth = first[rows].cpu().numpy()
+    return np.linalg.norm(aligned - truth, axis=0) / np.linalg.norm(truth, axis=0), gaps
+
+
+def _error_against_gap(m: int, errors: np.ndarray, inverse_gaps: np.ndarray) -> dict[str, float]:
+    """Batch size ``m``'s medians, and the correlation and slope of log error against log 1 / gap."""
+    log_inverse, log_error = np.log(inverse_gaps.ravel()), np.log(errors.ravel())
+    slope, _ = np.polyfit(log_inverse, log_error, 1)
+    return {
+        f"m{m}/median_error": float(np.median(errors)),
+        f"m{m}/median_inverse_gap": float(np.median(inverse_gaps)),
+        f"m{m}/correlation": float(np.corrcoef(log_inverse, log_error)[0, 1]),
+        f"m{m}/slope": float(slope),
+    }
 
 
 def draw_alignment_error(folders: list[str | Path], out: str | Path) -> None:
