@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from basis.alignment import (
+    RansacSettings,
     affine_least_squares,
     align_affine,
     apply_affine,
@@ -392,7 +393,8 @@ def test_the_rounds_a_search_still_needs_are_drawn_at_once_with_the_same_outcome
         generators = [torch.Generator().manual_seed(seed) for _ in range(3)]
         old = ransac_affine_09065fe(source, target, generator=generators[0])
         single = one_round_at_a_time(RansacSearch(source, target, generator=generators[1]))
-        search = RansacSearch(source, target, generator=generators[2], batch_rounds=True)  # CUDA's default
+        batched = RansacSettings(batch_rounds=True)  # CUDA's default
+        search = RansacSearch(source, target, batched, generator=generators[2])
         with HostSyncCounter() as syncs:
             search.settle()
         batched = search.result().on_host()

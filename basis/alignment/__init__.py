@@ -23,7 +23,14 @@ from basis.alignment.affine import (
     rms_row_norm,
 )
 from basis.alignment.ransac import global_transform, ransac_affine
-from basis.alignment.search import MAX_REFITS, TOLERANCE_MODES, RansacSearch, hypotheses_needed, inlier_threshold
+from basis.alignment.ransac_settings import RansacSettings
+from basis.alignment.search import (
+    MAX_REFITS,
+    TOLERANCE_MODES,
+    RansacSearch,
+    hypotheses_needed,
+    inlier_threshold,
+)
 
 __all__ = [
     "MAPS",
@@ -33,6 +40,7 @@ __all__ = [
     "TOLERANCE_MODES",
     "AlignmentResult",
     "RansacSearch",
+    "RansacSettings",
     "affine_least_squares",
     "align_affine",
     "alignment_gain",

@@ -9,6 +9,7 @@ import logging
 import torch
 
 from basis.alignment.affine import MAX_GAIN, NOISE_RCOND, AlignmentResult
+from basis.alignment.ransac_settings import RansacSettings
 from basis.alignment.search import RansacSearch
 
 log = logging.getLogger(__name__)
@@ -75,9 +76,7 @@ def ransac_affine(
     stay tensors; this function reads its outcome once at the end (see
     :meth:`RansacSearch.settle` for when it reads more).
     """
-    search = RansacSearch(
-        source,
-        target,
+    settings = RansacSettings(
         n_iter=n_iter,
         max_iter=max_iter,
         confidence=confidence,
@@ -86,10 +85,9 @@ def ransac_affine(
         tolerance_mode=tolerance_mode,
         rcond=rcond,
         max_gain=max_gain,
-        generator=generator,
         linear=linear,
-        strata=strata,
     )
+    search = RansacSearch(source, target, settings, generator=generator, strata=strata)
     search.settle()
     result = search.result().on_host()
     if result.fallback:

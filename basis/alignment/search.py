@@ -13,8 +13,6 @@ import math
 import torch
 
 from basis.alignment.affine import (
-    MAX_GAIN,
-    NOISE_RCOND,
     AlignmentResult,
     _affine_solve,
     _affine_solves,
@@ -25,10 +23,9 @@ from basis.alignment.affine import (
     anchors_needed,
     rms_row_norm,
 )
+from basis.alignment.ransac_settings import RANSAC_DEFAULTS, TOLERANCE_MODES, RansacSettings
 from basis.errors import InputError
 from basis.runtime import device as devices
-
-TOLERANCE_MODES = ("relative", "absolute")
 
 
 def inlier_threshold(target: torch.Tensor, tolerance: float, mode: str = "relative") -> float:
@@ -109,49 +106,34 @@ class RansacSearch:
         self,
         source: torch.Tensor,
         target: torch.Tensor,
+        settings: RansacSettings = RANSAC_DEFAULTS,
         *,
-        n_iter: int = 100,
-        max_iter: int = 5000,
-        confidence: float = 0.99,
-        sample_size: int = 20,
-        tolerance: float = 0.25,
-        tolerance_mode: str = "relative",
-        rcond: float = NOISE_RCOND,
-        max_gain: float = MAX_GAIN,
         generator: torch.Generator | None = None,
-        linear: bool = False,
-        batch_rounds: bool | None = None,
         first_draw: torch.Tensor | None = None,
         state: tuple[torch.Tensor, ...] | None = None,
         strata: torch.Tensor | None = None,
         n_strata: int | None = None,
     ):
+        linear = settings.linear
         _check_anchors(source, target, linear)
         n_anchors, dim = source.shape
+        settings.check(n_anchors, dim)
         minimal, _ = anchors_needed(dim, linear=linear)
-        if not minimal <= sample_size <= n_anchors:
-            raise InputError(
-                f"sample_size must be between {minimal} (fixes the map in K={dim}) and the number of anchors"
-                f" {n_anchors}, got {sample_size}"
-            )
-        if not 1 <= n_iter <= max_iter or not tolerance > 0 or not 0 < confidence < 1:
-            raise InputError(
-                "RANSAC needs 1 <= n_iter <= max_iter, tolerance > 0 and 0 < confidence < 1, got"
-                f" n_iter={n_iter}, max_iter={max_iter}, tolerance={tolerance}, confidence={confidence}"
-            )
-        if tolerance_mode not in TOLERANCE_MODES:
-            raise InputError(f"tolerance_mode must be one of {list(TOLERANCE_MODES)}, got {tolerance_mode!r}")
+        n_iter, sample_size, rcond = settings.n_iter, settings.sample_size, settings.rcond
+        self.settings = settings
         self.dtype, device = source.dtype, source.device
         # float64 on every device: the fits are tiny (a few anchors x K), so precision is
         # free, and their rank decisions on clustered, rank-deficient anchor sets need it.
         self.source, self.target = source.double(), target.double()
-        self.linear, self.rcond, self.max_gain = linear, rcond, max_gain
-        self.n_iter, self.max_iter, self.confidence, self.sample_size = n_iter, max_iter, confidence, sample_size
+        self.linear, self.rcond, self.max_gain = linear, rcond, settings.max_gain
+        self.n_iter, self.max_iter, self.confidence = n_iter, settings.max_iter, settings.confidence
+        self.sample_size = sample_size
         self.generator = generator or devices.generator(device, 0)
         self.n_anchors = n_anchors
         self.strata, self.n_strata = self._strata(strata, n_strata, n_anchors, sample_size, device)
         # Rounds at once where a read is a wait for the device; one at a time on the host,
         # where it costs nothing and a round's tensors stay in cache (the outcome is the same).
+        batch_rounds = settings.batch_rounds
         self.batch_rounds = devices.is_cuda(device) if batch_rounds is None else batch_rounds
         if first_draw is not None and first_draw.shape != (n_iter, n_anchors):
             raise InputError(f"first_draw must have shape {(n_iter, n_anchors)}, got {tuple(first_draw.shape)}")
@@ -166,9 +148,9 @@ class RansacSearch:
             return
         target_rms = rms_row_norm(self.target)
         self.threshold = (  # a fill, not a host-to-device copy, which a CUDA graph cannot hold
-            torch.full((), tolerance, dtype=torch.float64, device=device)
-            if tolerance_mode == "absolute"
-            else tolerance * target_rms
+            torch.full((), settings.tolerance, dtype=torch.float64, device=device)
+            if settings.tolerance_mode == "absolute"
+            else settings.tolerance * target_rms
         )
         self.target_rms = target_rms
         # Every fit measures a column by its scale over all anchors, shrunk to the fit's size.

@@ -12,6 +12,7 @@ import torch
 from basis.alignment import (
     AlignmentResult,
     RansacSearch,
+    RansacSettings,
     align_affine,
     apply_affine,
     rms_row_norm,
@@ -124,14 +125,11 @@ class BatchTargets:
         if self.alignment == "lstsq":
             return None
         strata, n_strata = self.anchor_strata_ or (None, None)
+        options = self.ransac_options()
+        generator = options.pop("generator")
+        settings = RansacSettings(**options, linear=self.alignment_map == "linear")
         return RansacSearch(
-            source,
-            target,
-            **self.ransac_options(),
-            linear=self.alignment_map == "linear",
-            strata=strata,
-            n_strata=n_strata,
-            **first_round,
+            source, target, settings, generator=generator, strata=strata, n_strata=n_strata, **first_round
         )
 
     #: The diagnostics :meth:`align` returns, in the order of :meth:`_alignment_readings`.
