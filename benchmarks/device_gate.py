@@ -107,7 +107,7 @@ class Gate:
     # -- the checks --------------------------------------------------------------------
     def data(self):
         """Ten clustered classes in 16 dimensions, the shape of Siamese features."""
-        from basis.cli.bench import clustered_data
+        from basis.data.clusters import clustered_data
 
         return clustered_data(self.n, 16, 10, seed=0)
 
@@ -247,7 +247,7 @@ class Gate:
         if self.device != "cuda" or torch.cuda.device_count() < 2:
             return "SKIP", f"{torch.cuda.device_count()} GPU(s) visible"
         probe = (
-            "import json, torch; from basis.estimators import BASiS; from basis.cli.bench import clustered_data;"
+            "import json, torch; from basis.estimators import BASiS; from basis.data.clusters import clustered_data;"
             " X, y = clustered_data(3000, 16, 10, seed=0);"
             " BASiS(device='cuda:1', n_iter=20, batch_size=256, anchors_per_class=10).fit(X, y);"
             " print(json.dumps([torch.cuda.max_memory_allocated(0), torch.cuda.max_memory_allocated(1)]))"

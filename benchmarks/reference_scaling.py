@@ -29,7 +29,7 @@ def bench(n: int, backend: str, threads: int | None) -> dict:
 
 def reference_distance(n: int, backend: str) -> float:
     """d_G between the references on ``backend``'s neighbours and on exact ones."""
-    from basis.cli.bench import clustered_data
+    from basis.data.clusters import clustered_data
     from basis.graph import GraphConfig, sparse_affinity
     from basis.metrics import grassmann_distance
     from basis.spectral import sparse_spectral_embedding

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from basis.cli.bench import clustered_data
 from basis.cli.parser import OneLineParser
+from basis.data.clusters import clustered_data
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ from basis.cli.parser import OneLineParser
 
 ONE_RUN = """
 import json, resource, sys
-from basis.cli.bench import clustered_data
+from basis.data.clusters import clustered_data
 from basis.estimators import BASiS
 n, n_iter = int(sys.argv[1]), int(sys.argv[2])
 X, y = clustered_data(n, 16, 10)

@@ -53,7 +53,7 @@ def test_too_few_iterations_are_refused_before_any_work(capsys):
 def test_steps_are_timed_on_each_kind_of_data_with_ransacs_hypotheses():
     """The stand-in, Siamese-like touching clusters and raw digits (issue: real-data steps
     beside the stand-in): each reports its data, its steps and RANSAC's draws per batch."""
-    from basis.cli.bench import step_data
+    from basis.data.clusters import step_data
 
     X, y = step_data("digits", 128, 16, 10, 0)
     assert X.shape == (1797, 64) and set(y) == set(range(10))

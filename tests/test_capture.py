@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from basis.cli.bench import clustered_data
+from basis.data.clusters import clustered_data
 from basis.errors import InputError
 from basis.estimators import BASiS
 from basis.graph import GraphConfig

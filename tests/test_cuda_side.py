@@ -190,7 +190,7 @@ def test_free_memory_is_read_in_torchs_numbering_of_the_visible_devices():
 def _batches():
     """512-node batch graphs of the data that breaks things: well-separated clusters,
     touching clusters (one component, ten small eigenvalues) and Siamese-like features."""
-    from basis.cli.bench import clustered_data
+    from basis.data.clusters import clustered_data
     from basis.graph.affinity import dense_affinity
     from basis.graph.config import GraphConfig
 

@@ -68,7 +68,7 @@ def _start(how: str, arguments: list[str], cwd: Path, **extra) -> subprocess.Com
 
 def _siamese_like_features(path: Path) -> Path:
     """A features file as `basis features` writes it for digits: 16-d touching clusters."""
-    from basis.cli.bench import clustered_data
+    from basis.data.clusters import clustered_data
 
     X, y = clustered_data(1500, 16, 10, seed=3, spread=1.5)
     np.savez(path, X_train=X[:1200], y_train=y[:1200], X_test=X[1200:], y_test=y[1200:], dataset="digits", data_seed=0)

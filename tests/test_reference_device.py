@@ -13,7 +13,7 @@ import scipy.sparse.csgraph
 import torch
 
 from basis import metrics
-from basis.cli.bench import clustered_data
+from basis.data.clusters import clustered_data
 from basis.graph import GraphConfig, device_affinity, knn, smallest_k, sparse_affinity
 from basis.references import analytic_embedding
 from basis.spectral import (

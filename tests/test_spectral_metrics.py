@@ -384,7 +384,7 @@ def test_the_subspace_solver_finds_the_clustered_subspace_to_1e_8():
     """The batches Table 1 aligns (clustered, Siamese-like features): every solve after the
     first (exact) one converges, its subspace is eigh's to a principal angle below 1e-8 and
     its eigenvalues are eigh's."""
-    from basis.cli.bench import clustered_data
+    from basis.data.clusters import clustered_data
     from basis.spectral import SubspaceEigensolver
 
     X, _ = clustered_data(10_000)

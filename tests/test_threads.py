@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from basis import BASiS
-from basis.cli.bench import clustered_data
+from basis.data.clusters import clustered_data
 from basis.runtime.threads import limit_threads, one_torch_thread
 
 
