@@ -11,7 +11,7 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
-from basis.catalog import FEATURE_SETS, TOY_SETS, method_names
+from basis.catalog import FEATURE_SETS, TOY_SETS, method_names, study_names
 from basis.catalog.settings import REFERENCE_KEYS
 from basis.catalog.workflow_config import (
     ablation_variants,
@@ -43,7 +43,8 @@ def _config(path=ROOT / "tests/configs/tiny.yaml", **changes):
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
 def test_every_shipped_config_passes(path):
-    check_workflow_config(_config(path))
+    runs = check_workflow_config(_config(path))
+    assert set(runs) == set(study_names())
 
 
 @pytest.mark.parametrize(
@@ -114,8 +115,8 @@ def test_the_settings_a_job_gets_are_the_protocol_then_the_methods_own():
 
 
 def test_the_ablation_variants_add_outliers_only_where_a_fraction_is_set():
-    assert ablation_variants({}) == ["ransac", "lstsq", "none"]
-    assert ablation_variants({"outlier_fraction": 0.2})[3:] == ["ransac-outliers", "lstsq-outliers", "none-outliers"]
+    assert ablation_variants(outliers=False) == ["ransac", "lstsq", "none"]
+    assert ablation_variants(outliers=True)[3:] == ["ransac-outliers", "lstsq-outliers", "none-outliers"]
 
 
 def test_the_schema_names_what_the_catalog_declares():

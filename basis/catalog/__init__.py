@@ -47,7 +47,8 @@ IMAGE_SHAPES = {
 #: Image sets whose runs embed Siamese features rather than raw pixels.
 FEATURE_SETS = (*IMAGE_SETS, "digits")
 DATASETS = (*TOY_SETS, "digits", "bunny", *IMAGE_SETS)
-#: The share of a generated set (toy sets, digits) held out as its test split.
+#: BASiS's alignments of one batch onto the reference (Table 2's ablation compares them).
+ALIGNMENTS = ("ransac", "lstsq", "none")
 #: How tables and figures name each method and image set.
 METHOD_LABELS = {
     "diffusion_net": "Diffusion-Net",
@@ -56,7 +57,7 @@ METHOD_LABELS = {
     "basis": "BASiS (Ours)",
 }
 DATASET_LABELS = {"mnist": "MNIST", "fashion_mnist": "Fashion-MNIST", "svhn": "SVHN", "cifar10": "CIFAR-10"}
-
+#: The share of a generated set (toy sets, digits) held out as its test split.
 TEST_FRACTION = 0.2
 #: Nodes per batch of the toy protocol (Fig. 1), before its anchors are added.
 TOY_BATCH_SIZE = 256

@@ -13,13 +13,9 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from basis.catalog import DATASETS, TOY_SETS, study_names, study_runs
+from basis.catalog import ALIGNMENTS, DATASETS, TOY_SETS, study_names, study_runs
 from basis.catalog.settings import resolve_settings, why_seeds_apart
 from basis.errors import InputError
-
-#: The ablation's alignments (Table 2), each also with outlier anchors where the config
-#: sets ``experiments.ablation.outlier_fraction``.
-ABLATION_ALIGNMENTS = ("ransac", "lstsq", "none")
 
 
 def assignments(settings: Mapping[str, Any]) -> list[str]:
@@ -40,12 +36,12 @@ def method_assignments(config: Mapping[str, Any], method: str) -> list[str]:
     return protocol_assignments(config) + assignments(config["methods"][method])
 
 
-def ablation_variants(section: Mapping[str, Any]) -> list[str]:
-    """The ablation's variants: each alignment on clean anchors and, with an
-    ``outlier_fraction``, with that fraction of every batch's anchor slots holding another
-    class's node (``<alignment>-outliers``)."""
-    suffixes = ["", *(["-outliers"] if section.get("outlier_fraction", 0) else [])]
-    return [f"{alignment}{suffix}" for suffix in suffixes for alignment in ABLATION_ALIGNMENTS]
+def ablation_variants(outliers: bool) -> list[str]:
+    """The ablation's variants: each alignment on clean anchors and, with ``outliers``
+    (the config's ``experiments.ablation.outlier_fraction`` set), with that fraction of
+    every batch's anchor slots holding another class's node (``<alignment>-outliers``)."""
+    suffixes = ["", *(["-outliers"] if outliers else [])]
+    return [f"{alignment}{suffix}" for suffix in suffixes for alignment in ALIGNMENTS]
 
 
 def ablation_protocol(config: Mapping[str, Any], dataset: str) -> list[str]:
@@ -92,15 +88,16 @@ def _check_fits_batch(where: str, n_neighbors: list[int], batch_size: int) -> No
         raise InputError(f"config: {where} ({given}) must be smaller than protocol.batch_size ({batch_size})")
 
 
-def check_workflow_config(config: Mapping[str, Any]) -> None:
+def check_workflow_config(config: Mapping[str, Any]) -> dict[str, dict[str, dict]]:
     """What a schema-valid config must also be, before any job: every study section valid
     (:func:`workflow_study_runs`), every method's settings resolvable, the graph smaller
     than a batch (the protocol's and every k of the kNN sweep), ``seeds_together: true``
     only where the seeds share a job and every method can train them together, the kNN
     sweep's methods among the config's, and the ablation's and the variants study's
-    settings resolvable on top of the protocol. An InputError names the first problem."""
+    settings resolvable on top of the protocol. An InputError names the first problem;
+    otherwise returns each study's runs, as checked."""
     studies = config["experiments"]
-    workflow_study_runs(config)
+    runs = workflow_study_runs(config)
     protocol = config["protocol"]
     _check_fits_batch("protocol.graph.n_neighbors", [protocol["graph"]["n_neighbors"]], protocol["batch_size"])
     _check_fits_batch("experiments.knn.n_neighbors", studies["knn"]["n_neighbors"], protocol["batch_size"])
@@ -134,3 +131,4 @@ def check_workflow_config(config: Mapping[str, Any]) -> None:
         if not isinstance(variants["protocol"], dict):
             raise InputError("config: experiments.variants.settings.protocol must be a mapping of protocol keys")
         _check_resolves("basis", "experiments.variants.settings.protocol", overrides=variants["protocol"])
+    return runs

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 
 from basis.catalog import DATASETS, SPARSE_SOLVERS, STEP_DATA, method_names
+from basis.catalog.workflow_config import ablation_variants
 from basis.cli.commands import (
     WARMUP_STEPS,
     cmd_bench,
@@ -61,7 +62,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--variants",
         nargs="+",
-        choices=[f"{a}{o}" for o in ("", "-outliers") for a in ("ransac", "lstsq", "none")],
+        choices=ablation_variants(outliers=True),
         help="the alignment ablation: train each of these alignments in turn ({variant} in --out becomes its"
         " name), each its own MLflow run; -outliers: with --outlier-fraction of the anchors from another class",
     )

@@ -15,6 +15,7 @@ from basis.alignment import (
     anchors_needed,
     apply_affine,
 )
+from basis.catalog import ALIGNMENTS
 from basis.errors import InputError
 from basis.estimators.base import SpectralEstimator, register
 from basis.estimators.targets import BatchTargets
@@ -179,8 +180,8 @@ class BASiS(BatchTargets, SpectralEstimator):
         super()._validate(n_samples)
         if self.anchors not in ("stratified", "random"):
             raise InputError(f"anchors must be 'stratified' or 'random', got {self.anchors!r}")
-        if self.alignment not in ("ransac", "lstsq", "none"):
-            raise InputError(f"alignment must be one of ['ransac', 'lstsq', 'none'], got {self.alignment!r}")
+        if self.alignment not in ALIGNMENTS:
+            raise InputError(f"alignment must be one of {list(ALIGNMENTS)}, got {self.alignment!r}")
         if self.alignment_map not in MAPS:
             raise InputError(f"alignment_map must be one of {list(MAPS)}, got {self.alignment_map!r}")
         if self.reference not in ("first_batch", "mean"):

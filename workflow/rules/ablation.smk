@@ -1,6 +1,9 @@
 # The alignment ablation: BASiS with RANSAC, plain least squares and no alignment, same
 # budget, on clean anchors and with gross anchor outliers (`-outliers`). Toy sets use the toy defaults (`python -m basis run` on a toy set) and compute
 # their small reference in the job; image sets use the protocol and the shared reference.
+from basis.catalog import ALIGNMENTS
+
+
 rule ablation_run:
     input:
         unpack(ablation_inputs),
@@ -13,7 +16,7 @@ rule ablation_run:
     benchmark:
         ablation_job("results/benchmarks/ablation/{dataset}/{alignment}") + ".tsv"
     wildcard_constraints:
-        alignment="(ransac|lstsq|none)(-outliers)?",
+        alignment=f"({'|'.join(ALIGNMENTS)})(-outliers)?",
     priority: LONG_JOB_PRIORITY
     conda:
         "../envs/basis.yaml"

@@ -45,7 +45,7 @@ try:
             config, f"{workflow.current_basedir}/{SCHEMA}", workflow.configfiles, workflow.config_settings.config
         )
         raise
-    check_workflow_config(config)
+    STUDY_RUNS = check_workflow_config(config)  # each study's runs, as checked
     check_results_store()
 except InputError as err:
     refuse(str(err))

@@ -3,7 +3,7 @@
 # rules of studies.smk, sensitivity.smk, ablation.smk and paper.smk are built from those
 # declarations) and the ablation's variants.
 from basis.catalog import TOY_SETS, study_declaration, study_folder
-from basis.catalog.workflow_config import ablation_variants, workflow_study_runs
+from basis.catalog.workflow_config import ablation_variants
 
 
 def seed_patterns(folder, name, n_seeds):
@@ -28,10 +28,9 @@ def seed_job(path):
 # basis/studies/ declares its study (how its config section splits into runs, its figures
 # and claims), and their rules are built from those declarations.
 STUDIES = {name: study_declaration(name) for name in study_names()}
-STUDY_RUNS = workflow_study_runs(config)
 KNN = STUDIES_CONFIG["knn"]
 ABLATION = STUDIES_CONFIG["ablation"]
-ABLATION_VARIANTS = ablation_variants(ABLATION)
+ABLATION_VARIANTS = ablation_variants(bool(ABLATION.get("outlier_fraction", 0)))
 STUDY_OUTPUTS = ["results/{folder}/metrics.json", "results/{folder}/arrays.npz"]
 
 
