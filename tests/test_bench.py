@@ -1,6 +1,5 @@
-"""`bench step`'s timed window, for processes that share one device (benchmarks/gpu_shared.sh)."""
+"""`bench step`'s timed window, for processes that share one device (python -m benchmarks device shared)."""
 
-import importlib.util
 import time
 from pathlib import Path
 
@@ -9,15 +8,9 @@ import pytest
 
 from basis.cli import main
 from basis.cli.bench import bench_step
+from benchmarks import device
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _shared_window():
-    spec = importlib.util.spec_from_file_location("shared_window", ROOT / "benchmarks" / "shared_window.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_a_timed_window_starts_at_the_given_time_and_places_every_step_on_the_clock():
@@ -35,14 +28,13 @@ def test_a_timed_window_starts_at_the_given_time_and_places_every_step_on_the_cl
 
 
 def test_processes_are_compared_over_the_window_they_all_ran_in():
-    shared = _shared_window()
     # One process steps every 10 ms from t=0 to 1 s; the other every 20 ms from 0.5 s to 1.5 s.
     fast = {"start": 0.0, "end": 1.0, "step_ends": [0.01 * i for i in range(1, 101)]}
     slow = {"start": 0.5, "end": 1.5, "step_ends": [0.5 + 0.02 * i for i in range(1, 51)]}
-    (fast_ms, slow_ms), overlap = shared.shared_ms([fast, slow])
+    (fast_ms, slow_ms), overlap = device.shared_ms([fast, slow])
     assert abs(fast_ms - 10.0) < 1e-6 and abs(slow_ms - 20.0) < 1e-6  # over 0.5 s to 1 s only
     assert abs(overlap - 0.5) < 1e-9
-    assert abs(shared.alone_ms(fast) - 10.0) < 1e-9
+    assert abs(device.alone_ms(fast) - 10.0) < 1e-9
 
 
 def test_too_few_iterations_are_refused_before_any_work(capsys):

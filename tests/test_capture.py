@@ -162,7 +162,7 @@ def test_cuda_graphs_takes_a_boolean():
         _basis(cuda_graphs="yes").fit(X, y)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (benchmarks/device_gate.py checks it)")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (the device gate checks it)")
 def test_on_a_gpu_the_replayed_step_equals_the_eager_one():
     X, y = _data()
     settings = dict(device="cuda", n_iter=30)

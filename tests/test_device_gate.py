@@ -1,7 +1,6 @@
-"""The device gate (benchmarks/device_gate.py): its CPU run on the CUDA side passes, and a
+"""The device gate (python -m benchmarks device gate): its CPU run on the CUDA side passes, and a
 failed check or a bad setting is never read as a pass."""
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -10,13 +9,15 @@ import torch
 from conftest import HANG_GUARD_S
 from test_together import ROOT
 
-GATE = ROOT / "benchmarks" / "device_gate.py"
+from benchmarks.gate import Gate
+
+GATE = [sys.executable, "-m", "benchmarks", "device", "gate"]
 CHECKS = ["device", "together_basis", "together_diffusion_net", "together_specnet1", "together_specnet2"]
 CHECKS += ["float32_solve", "cuda_graphs", "reference", "studies", "step", "two_gpus", "baseline_step"]
 
 
 def _readme_lines() -> list[str]:
-    return [line for line in (ROOT / "README.md").read_text().splitlines() if "benchmarks/device_gate.py" in line
+    return [line for line in (ROOT / "README.md").read_text().splitlines() if "-m benchmarks device gate" in line
             and line.lstrip().startswith((".venv", "DEVICE="))]  # fmt: skip
 
 
@@ -44,21 +45,14 @@ def test_the_readmes_gate_passes_every_check_on_the_cuda_side_on_the_cpu():
         assert done.returncode == 1 and "FAIL device: no CUDA device visible to torch" in done.stdout, done.stdout
 
 
-def _gate_module():
-    spec = importlib.util.spec_from_file_location("device_gate", GATE)
-    gate = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gate)
-    return gate
-
-
 def test_the_baseline_is_an_older_codes_step(tmp_path):
     (tmp_path / "basis").symlink_to(ROOT / "basis")  # this code as its own baseline
-    verdict, figure = _gate_module().Gate("cpu", 2, 600, str(tmp_path)).baseline()
+    verdict, figure = Gate("cpu", 2, 600, str(tmp_path)).baseline()
     assert verdict == "PASS" and "ms per iteration" in figure
 
 
 def test_a_failed_check_fails_the_gate(capsys):
-    one = _gate_module().Gate("cpu", 2, 600, "")
+    one = Gate("cpu", 2, 600, "")
     one.check("broken", lambda: 1 / 0)
     one.check("fine", lambda: ("PASS", "ok"))
     out = capsys.readouterr().out
@@ -74,7 +68,5 @@ def test_bad_settings_end_the_gate_in_one_line_before_any_check(tmp_path):
         ({"OLD": str(tmp_path)}, f"error: OLD={str(tmp_path)!r} holds no basis/ package"),
     ):
         environment = {**os.environ, "DEVICE": "cpu", **settings}
-        done = subprocess.run(
-            [sys.executable, str(GATE)], capture_output=True, text=True, env=environment, timeout=HANG_GUARD_S
-        )
+        done = subprocess.run(GATE, capture_output=True, text=True, cwd=ROOT, env=environment, timeout=HANG_GUARD_S)
         assert done.returncode == 2 and done.stderr.strip() == message and not done.stdout, (done.stdout, done.stderr)

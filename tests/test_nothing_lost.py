@@ -333,12 +333,11 @@ def test_a_yaml_alias_bomb_is_refused_in_one_line(tmp_path):
 
 def test_the_paper_scale_script_fails_when_its_parts_fail(tmp_path):
     env = {**os.environ, "PARTS": "step", "DEVICE": "cpu", "OUT": str(tmp_path / "out"), "PYTHON": "false"}
-    done = subprocess.run(["bash", "benchmarks/gpu_paper_scale.sh"], cwd=ROOT, env=env, capture_output=True, text=True)
+    command = [sys.executable, "-m", "benchmarks", "device", "paper-scale"]
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
     assert done.returncode == 1, done.stdout
     assert "part(s) FAILED: the figures above are not measurements" in done.stderr
-    done = subprocess.run(
-        ["bash", "benchmarks/gpu_paper_scale.sh"], cwd=ROOT, env={**env, "PARTS": " "}, capture_output=True, text=True
-    )
+    done = subprocess.run(command, cwd=ROOT, env={**env, "PARTS": " "}, capture_output=True, text=True)
     assert (
         done.returncode == 2 and done.stderr.strip() == "PARTS is empty: name at least one of step, table1, projection"
     )

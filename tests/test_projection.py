@@ -1,4 +1,4 @@
-"""benchmarks/paper_projection.py: a workflow's wall time from its DAG and measured job times."""
+"""basis.cli.projection: a workflow's wall time from its DAG and measured job times."""
 
 import base64
 import json
@@ -8,10 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import HANG_GUARD_S, WORKFLOW_FILES, copy_workflow, snakemake_env
+from conftest import HANG_GUARD_S, copy_workflow, snakemake_env
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import paper_projection as projection  # noqa: E402
+from basis.cli import dag, projection
 
 # The shape of `snakemake -n` (9.x): a block per job, an output's flags after its path.
 DRY_RUN = """Building DAG of jobs...
@@ -63,8 +62,8 @@ DAG = """digraph snakemake_dag {
 
 
 def _plan():
-    jobs = projection.parse_dry_run(DRY_RUN)
-    projection.parse_dag(DAG, jobs)
+    jobs = dag.parse_dry_run(DRY_RUN)
+    dag.parse_dag(DAG, jobs)
     return jobs
 
 
@@ -85,7 +84,7 @@ def test_the_dry_run_and_the_dag_give_each_jobs_rule_threads_gpu_claim_and_input
     ],
 )
 def test_jobs_start_when_their_inputs_are_done_and_their_cores_and_gpu_are_free(cores, gpus, wall):
-    assert projection.schedule(_plan(), {3: 10, 1: 30, 2: 30, 0: 0}, cores, gpus) == wall
+    assert dag.schedule(_plan(), {3: 10, 1: 30, 2: 30, 0: 0}, cores, gpus) == wall
 
 
 def _record(folder, output, rule, job_hash, start, end):
@@ -153,7 +152,7 @@ def test_a_config_the_dry_run_refuses_is_one_line_and_exit_2(tmp_path, capsys):
 # -- a sample of the DAG's jobs -------------------------------------------------------------
 def _job(rule, needs=(), **wildcards):
     output = "/".join([rule, *(f"{k}{v}" for k, v in wildcards.items())]) + ".json"
-    return projection.Job(rule=rule, needs=set(needs), wildcards=wildcards, outputs=[output])
+    return dag.Job(rule=rule, needs=set(needs), wildcards=wildcards, outputs=[output])
 
 
 def test_the_dry_run_gives_each_jobs_wildcards_and_outputs():
@@ -166,7 +165,7 @@ def test_the_dry_run_gives_each_jobs_wildcards_and_outputs():
 
 
 def test_a_kind_is_a_rule_and_its_wildcards_less_what_a_sample_stands_for():
-    kind = projection.job_kind
+    kind = dag.job_kind
     assert kind(_job("run", dataset="svhn", method="basis", k="50")) == "run[dataset=image, method=basis]"
     assert kind(_job("run", dataset="mnist", method="basis", k="10")) == "run[dataset=image, method=basis]"
     assert kind(_job("study", run="circles")) == kind(_job("study", run="spirals")) == "study[run=toy]"
@@ -187,7 +186,7 @@ def test_the_sample_takes_the_largest_of_a_kind_and_leaves_out_what_needs_severa
         9: _job("table", [7, 8]),  # two jobs of one kind: only all of them make it
         10: _job("figure", [7]),
     }
-    chosen = projection.choose_sample(jobs)
+    chosen = dag.choose_sample(jobs)
     assert chosen == {
         "download[dataset=image]": 2,  # SVHN, the largest image set
         "reference[dataset=image]": 4,  # the largest k: an upper bound for the sweep
@@ -195,9 +194,9 @@ def test_the_sample_takes_the_largest_of_a_kind_and_leaves_out_what_needs_severa
         "train[dataset=image]": 7,
         "figure": 10,
     }
-    assert sorted(projection.sample_targets(jobs, chosen)) == sorted(jobs[j].outputs[0] for j in chosen.values())
-    assert set(projection.choose_sample(jobs, per_dataset=True)) >= {"download[dataset=mnist]", "table"}
-    assert set(projection.choose_sample(jobs, rules=["figure"])) == {"figure"}
+    assert sorted(dag.sample_targets(jobs, chosen)) == sorted(jobs[j].outputs[0] for j in chosen.values())
+    assert set(dag.choose_sample(jobs, per_dataset=True)) >= {"download[dataset=mnist]", "table"}
+    assert set(dag.choose_sample(jobs, rules=["figure"])) == {"figure"}
 
 
 def test_each_job_is_projected_from_its_kind_in_the_sample_or_said_to_lack_a_figure():
@@ -277,12 +276,12 @@ def test_bad_arguments_are_one_line_and_exit_2(tmp_path, capsys, arguments, mess
 def test_a_sample_on_standins_times_its_jobs_in_its_own_folder(tmp_path):
     """The sample of a config whose data set is an image set: Snakemake runs one job of each
     kind asked for in the sample's folder, MNIST's from stand-ins, and each is measured."""
-    repo = copy_workflow(tmp_path / "repo", (*WORKFLOW_FILES, "benchmarks"))
+    repo = copy_workflow(tmp_path / "repo")
     tiny = (repo / "tests/configs/tiny.yaml").read_text()
     config = tmp_path / "tiny_mnist.yaml"
     config.write_text(tiny.replace("datasets: [digits]\n", "datasets: [mnist]\n", 1))
     sample = tmp_path / "sample"
-    command = [sys.executable, str(repo / "benchmarks/paper_projection.py"), "--configfile", str(config)]
+    command = [sys.executable, "-m", "basis.cli.projection", "--configfile", str(config)]
     command += ["--sample", str(sample), "--standins", "--rules", "download", "figure_fig2_illustration"]
     done = subprocess.run(
         [*command, "--cores", "2", "--gpus", "0", "1"],

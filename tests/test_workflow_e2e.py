@@ -406,10 +406,11 @@ def test_a_killed_jobs_run_is_closed_by_the_next_invocation(workflow):
 def test_the_workflow_profile_splits_each_stage_into_its_jobs_phases(workflow):
     # As the README gives it, from the folder that holds results/
     done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks/workflow_profile.py"), "--results", "results"],
+        [sys.executable, "-m", "benchmarks", "jobs", "profile", "--results", "results"],
         capture_output=True,
         text=True,
         cwd=workflow,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
         timeout=HANG_GUARD_S,
     )
     assert done.returncode == 0, done.stderr
@@ -423,7 +424,7 @@ def test_the_workflow_profile_splits_each_stage_into_its_jobs_phases(workflow):
 
 def test_the_projection_times_every_rule_of_the_dag_from_the_finished_run(workflow):
     # As BENCHMARKS.md gives it, from the folder that holds results/ and .snakemake/
-    command = [sys.executable, str(ROOT / "benchmarks/paper_projection.py"), "--configfile", TINY]
+    command = [sys.executable, "-m", "basis.cli.projection", "--configfile", TINY]
     done = subprocess.run(
         [*command, "--timings", ".", "--cores", "2", "--gpus", "0", "1"],
         capture_output=True,

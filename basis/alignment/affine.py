@@ -113,7 +113,7 @@ MAX_GAIN = 10.0
 #: cuSOLVER's batched Jacobi SVD, one cheap call for a whole batch, takes matrices of at
 #: most 32 rows; a taller one goes to a general driver (all 250 anchors of a digits batch,
 #: K = 10, on an H200: 0.70 ms a call against 0.21 ms for their 10 x 10 factor,
-#: ``benchmarks/svd_shapes.py``). LAPACK reduces a tall matrix itself, so the CPU keeps the
+#: ``python -m benchmarks alignment svd-shapes``). LAPACK reduces a tall matrix itself, so the CPU keeps the
 #: plain SVD and its bytes.
 BATCHED_SVD_ROWS = 32
 

@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         with recording() as seconds:
             code = args.func(args)
             total = job_seconds()
-        if args.json and seconds:  # a job's phases, for its log (benchmarks/workflow_profile.py)
+        if args.json and seconds:  # a job's phases, for its log (python -m benchmarks jobs profile)
             report(seconds, total)
         return code
     except InputError as err:

@@ -29,3 +29,12 @@ def step_data(data: str, batch_size: int, dim: int, n_components: int, seed: int
         return (digits.data / 16.0).astype(np.float32), digits.target
     spread = {"clusters": 3.0, "touching": 1.5}[data]
     return clustered_data(max(20 * batch_size, 10_000), dim, n_components, seed, spread)
+
+
+def low_rank_clusters(n: int, n_clusters: int = 10, dim: int = 16, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Tight clusters (noise 0.1) whose centres span 4 of ``dim`` dimensions, the classes in
+    turn: Siamese-like float32 features with a rank-deficient spread of centres."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(n_clusters, 4)) @ rng.normal(size=(4, dim))
+    y = np.arange(n) % n_clusters
+    return (centres[y] + 0.1 * rng.normal(size=(n, dim))).astype(np.float32), y

@@ -6,7 +6,7 @@ timed inside another counts for its own phase only (a tracking flush inside trai
 tracking), so the phases add up to at most the job's wall time. Outside a recording
 ``timed`` costs one lookup. The command line records each command's phases (start-up,
 loading, training, each metric, tracking) and prints them to stderr under ``--json``,
-where ``benchmarks/workflow_profile.py`` reads them back from the jobs' logs.
+where ``python -m benchmarks jobs profile`` reads them back from the jobs' logs.
 """
 
 from __future__ import annotations

@@ -1,24 +1,13 @@
-"""The device gate: every CUDA code path checked on one GPU, one line per check.
+"""The device gate's checks (``python -m benchmarks device gate``): every CUDA code path on one
+GPU, one line per check with ``PASS``, ``FAIL`` or ``SKIP`` and its figure.
 
-Each check prints ``PASS``, ``FAIL`` or ``SKIP``, its name and its figure; the gate exits 1
-when any check fails (and 2, with one line, on a bad setting), so a gate that ran is
-never read as passed when it did not. Checks: every method solo and with its seeds
-trained together at Table 1's protocol, compared against the yardstick of one unit in the
-last place in the initial weights; every study of the tiny test config; the whole-set
-reference on the device against the host's ARPACK; the batch eigenproblem in float32 on
-the device against float64; BASiS with CUDA graphs against without;
-``bench step`` with its host reads per iteration; a job bound to the second GPU where two
-are visible; and, with ``OLD``, the step of an older copy of ``basis/`` as the baseline.
-
-Usage (the settings are environment variables, so that a device call is one line)::
-
-    python benchmarks/device_gate.py                 # on the GPU; about 3 minutes on an H200
-    DEVICE=cpu STEPS=8 N=900 python benchmarks/device_gate.py   # the CUDA side on the CPU (CI)
-
-``DEVICE=cpu`` runs the CUDA side of every device decision on CPU tensors
-(``BASIS_EMULATE_CUDA``, :mod:`basis.runtime.device`). ``STEPS`` (default 300) iterations per
-training run, ``N`` (default 6000) training points, ``OLD`` a folder holding an older
-``basis/``.
+Every method solo and with its seeds trained together at Table 1's protocol, compared
+against the yardstick of one unit in the last place in the initial weights; every study of
+the tiny test config; the whole-set reference on the device against the host's ARPACK; the
+batch eigenproblem in float32 on the device against float64; BASiS with CUDA graphs
+against without; ``bench step`` with its host reads per iteration; a job bound to the
+second GPU where two are visible; and, given an older copy of ``basis/``, its step as the
+baseline. Nothing here imports ``basis`` at its top: the gate chooses the device's side first.
 """
 
 from __future__ import annotations
@@ -37,35 +26,10 @@ ROOT = Path(__file__).resolve().parents[1]
 SEEDS = (0, 1)
 
 
-def main() -> int:
-    device = os.environ.get("DEVICE", "cuda")
-    if device not in ("cuda", "cpu"):
-        print(f"error: DEVICE must be cuda or cpu, got {device!r}", file=sys.stderr)
-        return 2
-    values = {}
-    for name, default in (("STEPS", "300"), ("N", "6000")):
-        value = os.environ.get(name, default)
-        if not value.isdigit() or int(value) < (2 if name == "STEPS" else 600):
-            least = 2 if name == "STEPS" else 600
-            print(f"error: {name} must be an integer of at least {least}, got {value!r}", file=sys.stderr)
-            return 2
-        values[name] = int(value)
-    old = os.environ.get("OLD", "")
-    if old and not (Path(old) / "basis" / "__init__.py").is_file():
-        print(f"error: OLD={old!r} holds no basis/ package", file=sys.stderr)
-        return 2
-    if device == "cpu":
-        os.environ["BASIS_EMULATE_CUDA"] = "1"  # before basis is imported: the CUDA side on the CPU
-    sys.path.insert(0, str(ROOT))
-    gate = Gate(device, values["STEPS"], values["N"], old)
-    gate.run()
-    failed = [name for name, verdict in gate.verdicts if verdict == "FAIL"]
-    print(f"device gate: {len(gate.verdicts) - len(failed)} of {len(gate.verdicts)} checks passed or skipped", end="")
-    print(f"; FAILED: {', '.join(failed)}" if failed else "")
-    return 1 if failed else 0
-
-
 class Gate:
+    """The checks on ``device`` (cuda, or cpu: the CUDA side emulated), ``steps`` iterations per
+    training run on ``n`` points, ``old`` a folder holding an older basis/ (or "")."""
+
     def __init__(self, device: str, steps: int, n: int, old: str):
         self.device, self.steps, self.n, self.old = device, steps, n, old
         self.verdicts: list[tuple[str, str]] = []
@@ -265,7 +229,3 @@ class Gate:
         done = subprocess.run(command, capture_output=True, text=True, cwd=self.old, env=environment, check=True)
         ms = json.loads(done.stdout.strip().splitlines()[-1])["ms_per_iteration"]["total"]
         return "PASS", f"the older code's step {ms:.2f} ms per iteration (on the device's own side)"
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,25 +1,20 @@
-"""The analytic reference embedding's cost as n grows, by neighbour backend.
+"""The whole-set reference's cost as n grows: time per phase and peak memory, by neighbour
+backend (one process per point, so that each peak is its own).
 
-Each (n, backend) runs as its own ``python -m basis bench reference`` process, so that its
-peak RSS is its own: clustered 16-d points, k = 50, K = 10. Prints a markdown table (kNN,
-graph, eigensolve, total, peak RSS, recall@k) and writes a log-log plot of time and memory
-against n. At the smallest n it also compares the two references: d_G between the
-embedding on FAISS neighbours and the one on exact neighbours.
-
-    python benchmarks/reference_scaling.py --n 70000 300000 1000000 --exact-up-to 300000
+    python -m benchmarks reference scaling --n 70000 300000 1000000 --exact-up-to 300000
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
 from pathlib import Path
 
-from basis.cli.parser import OneLineParser
-
 
 def bench(n: int, backend: str, threads: int | None) -> dict:
+    """``python -m basis bench reference``'s figures for ``n`` points on ``backend``'s neighbours."""
     command = [sys.executable, "-m", "basis", "bench", "reference", "--n", str(n), "--neighbors", backend, "--json"]
     if threads:
         command += ["--threads", str(threads)]
@@ -64,14 +59,23 @@ def plot(rows: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
-def main() -> None:
-    parser = OneLineParser(description=__doc__.split("\n\n")[0])
+def add_scaling_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--n", type=int, nargs="+", default=[70_000, 300_000, 1_000_000])
     parser.add_argument("--backend", default="faiss-ivf")
     parser.add_argument("--exact-up-to", type=int, default=300_000, help="largest n for the exact search")
     parser.add_argument("--threads", type=int, help="threads per run (default: every core)")
-    parser.add_argument("--plot", type=Path, default=Path("benchmarks/reference_scaling.png"))
-    args = parser.parse_args()
+    parser.add_argument("--plot", type=Path, default=Path("results/bench/reference_scaling.png"))
+
+
+def scaling(args: argparse.Namespace) -> int:
+    """The analytic reference embedding's cost as n grows, by neighbour backend.
+
+    Each (n, backend) runs as its own ``python -m basis bench reference`` process, so that
+    its peak RSS is its own: clustered 16-d points, k = 50, K = 10. Prints a markdown table
+    (kNN, graph, eigensolve, total, peak RSS, recall@k) and writes a log-log plot of time and
+    memory against n. At the smallest n it also compares the two references: d_G between
+    the embedding on FAISS neighbours and the one on exact neighbours.
+    """
     rows = []
     print("| n | neighbours | kNN s | graph s | eigensolve s | total s | peak RSS GB | recall@50 |")
     print("|---|---|---|---|---|---|---|---|")
@@ -92,7 +96,7 @@ def main() -> None:
     print(f"\nd_G between the {smallest:,}-point references on {args.backend} and exact neighbours:", end=" ")
     print(f"{reference_distance(smallest, args.backend):.2e}")
     print(f"plot: {args.plot}")
+    return 0
 
 
-if __name__ == "__main__":
-    main()
+PARTS = {"scaling": (add_scaling_arguments, scaling)}
