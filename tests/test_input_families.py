@@ -6,6 +6,7 @@ The members are generated from the family's parts (suffixes, kinds of link, leng
 non-finite and absurd numbers, URIs, label types) and run through ``basis.cli.main`` in
 this process, so that the families stay within ``make test``'s time."""
 
+import argparse
 import random
 from pathlib import Path
 
@@ -288,3 +289,32 @@ def test_threads_beyond_the_cores_are_capped_with_one_line(folder, capsys, monke
 
     assert limit_threads(10_000) == available_cores()
     assert capsys.readouterr().err.count("\n") == 1
+
+
+SECRET_URIS = [
+    ("postgresql://alice:s3cret@localhost/db", "needs the psycopg2 driver", "postgresql://localhost/db"),
+    ("http://alice:s3cret@127.0.0.1:9", "no tracking server answers", "http://127.0.0.1:9"),
+    ("banana://alice:s3cret@host/?token=s3cret", "not a tracking store URI", "banana://host/?token=***"),
+]
+
+
+@pytest.mark.parametrize("uri, words, shown", SECRET_URIS)
+def test_a_refused_store_uri_is_named_without_its_credentials(folder, capsys, monkeypatch, uri, words, shown):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    argv = ["run", "--method", "basis", "--dataset", "two_moons", "--track", "exp", "--out", "out"]
+    line = refused(argv, folder, capsys, monkeypatch)
+    assert words in line and f"MLFLOW_TRACKING_URI {shown}" in line and "s3cret" not in line
+
+
+def test_the_setup_flag_keeps_no_credentials_of_a_server(folder, monkeypatch):
+    """tracking setup's flag file records the store (a server's URI): without its password."""
+    from basis import tracking
+    from basis.cli import commands
+
+    monkeypatch.chdir(folder)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://alice:s3cret@127.0.0.1:5000")
+    monkeypatch.setattr(tracking, "ensure_experiments", lambda names, store: {"basis-runs": "1"})
+    args = argparse.Namespace(action="setup", experiment=None, store="s", flag="flag.json", json=False)
+    assert commands.cmd_tracking(args) in (0, None)
+    text = Path("flag.json").read_text()
+    assert "s3cret" not in text and "alice" not in text and "http://127.0.0.1:5000" in text

@@ -95,10 +95,9 @@ def _store_name(store: str) -> str:
     uri = os.environ.get("MLFLOW_TRACKING_URI")
     if not uri:
         return f"{store}/mlflow.db"
-    from urllib.parse import urlsplit
+    from basis.runtime.inputs import redacted_uri
 
-    parts = urlsplit(uri)
-    return parts._replace(netloc=parts.netloc.rsplit("@", 1)[-1]).geturl()
+    return redacted_uri(uri)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -121,15 +121,15 @@ def cmd_reference(args: argparse.Namespace) -> int:
 
 def cmd_tracking(args: argparse.Namespace) -> int:
     from basis import tracking
+    from basis.runtime.inputs import redacted_uri
 
     if args.action == "setup":
         ids = tracking.ensure_experiments(args.experiment, store=args.store)
         if args.flag:
             # The store's identity, so that a later invocation notices a deleted or replaced store.
             identity = tracking.store_identity(args.store)
-            write_json(
-                args.flag, {"tracking_uri": tracking.tracking_uri(args.store), "experiments": ids, "store": identity}
-            )
+            uri = redacted_uri(tracking.tracking_uri(args.store))  # a file keeps no credentials
+            write_json(args.flag, {"tracking_uri": uri, "experiments": ids, "store": identity})
         print_result(ids, args.json)
     elif args.action == "url":
         (experiment,) = args.experiment or ["basis-runs"]

@@ -342,6 +342,21 @@ _DATABASE_DRIVERS = {"postgresql": "psycopg2", "mysql": "pymysql", "mssql": "pyo
 SERVER_TIMEOUT_S = 5.0
 
 
+def redacted_uri(uri: str) -> str:
+    """``uri`` as a message or a file may show it: without the user and password of its
+    address (``http://user:secret@host`` -> ``http://host``), nor a ``password`` or ``token``
+    in its query."""
+    from urllib.parse import parse_qsl, urlencode, urlsplit
+
+    try:
+        parts = urlsplit(uri)
+    except ValueError:  # an address urlsplit cannot read: its credentials, if any, are not shown
+        return uri.rsplit("@", 1)[-1] if "@" in uri else uri
+    hidden = ("password", "passwd", "pwd", "token", "secret")
+    query = [(key, "***" if key.lower() in hidden else value) for key, value in parse_qsl(parts.query)]
+    return parts._replace(netloc=parts.netloc.rsplit("@", 1)[-1], query=urlencode(query, safe="*")).geturl()
+
+
 def check_tracking_uri(uri: str, *, reach: bool = True) -> None:
     """An ``MLFLOW_TRACKING_URI`` that can be used: a server (http, https) that accepts a
     connection within :data:`SERVER_TIMEOUT_S` (asked only with ``reach``: the workflow's
@@ -352,12 +367,12 @@ def check_tracking_uri(uri: str, *, reach: bool = True) -> None:
     import socket
     from urllib.parse import urlparse
 
-    parsed = urlparse(uri)
+    parsed, shown = urlparse(uri), redacted_uri(uri)
     scheme = parsed.scheme.lower()
     expected = "expected http(s)://host:port, sqlite:////absolute/path.db, file:///folder or a database URI"
     if scheme in ("http", "https"):
         if not parsed.hostname:
-            raise InputError(f"MLFLOW_TRACKING_URI {uri} names no host; {expected}")
+            raise InputError(f"MLFLOW_TRACKING_URI {shown} names no host; {expected}")
         if not reach:
             return
         try:
@@ -366,29 +381,29 @@ def check_tracking_uri(uri: str, *, reach: bool = True) -> None:
                 pass
         except (OSError, ValueError) as err:
             raise InputError(
-                f"MLFLOW_TRACKING_URI {uri}: no tracking server answers there ({err}); start it or unset the variable"
+                f"MLFLOW_TRACKING_URI {shown}: no tracking server answers there ({err}); start it or unset the variable"
             ) from None
     elif scheme == "sqlite":
         # sqlite:///name.db is relative to the folder a command starts in (each job its own
         # store); sqlite:////folder/name.db is the absolute path /folder/name.db.
         if not parsed.path.startswith("//"):
             raise InputError(
-                f"MLFLOW_TRACKING_URI {uri} names a path relative to the current folder;"
+                f"MLFLOW_TRACKING_URI {shown} names a path relative to the current folder;"
                 f" give an absolute one: sqlite:////absolute/path.db"
             )
         database = Path(parsed.path[1:])
         if not database.parent.is_dir():
-            raise InputError(f"MLFLOW_TRACKING_URI {uri}: the folder of {database} does not exist; create it first")
+            raise InputError(f"MLFLOW_TRACKING_URI {shown}: the folder of {database} does not exist; create it first")
     elif scheme.split("+")[0] in _DATABASE_DRIVERS:
         driver = _DATABASE_DRIVERS[scheme.split("+")[0]]
         if importlib.util.find_spec(driver) is None:
-            raise InputError(f"MLFLOW_TRACKING_URI {uri} needs the {driver} driver: pip install {driver}")
+            raise InputError(f"MLFLOW_TRACKING_URI {shown} needs the {driver} driver: pip install {driver}")
     elif scheme == "file" or (not scheme and uri.startswith("/")):
         folder = Path(parsed.path or uri)
         if folder.exists() and not folder.is_dir():
-            raise InputError(f"MLFLOW_TRACKING_URI {uri} is a file; a file store is a folder")
+            raise InputError(f"MLFLOW_TRACKING_URI {shown} is a file; a file store is a folder")
     else:
-        raise InputError(f"MLFLOW_TRACKING_URI {uri} is not a tracking store URI; {expected}")
+        raise InputError(f"MLFLOW_TRACKING_URI {shown} is not a tracking store URI; {expected}")
 
 
 #: MLflow keeps an experiment's name in a column of 500 characters; names stay well inside.

@@ -55,9 +55,11 @@ def client(store: str | Path = DEFAULT_STORE):
 def store_identity(store: str | Path = DEFAULT_STORE) -> str | None:
     """Which local store this is (the creation time of its first experiment), read with
     sqlite3 in read-only mode, without MLflow; None when there is no local store (or runs
-    go to a server, whose identity is its URI)."""
+    go to a server, whose identity is its URI without credentials: it is written to a file)."""
     if os.environ.get("MLFLOW_TRACKING_URI"):
-        return os.environ["MLFLOW_TRACKING_URI"]
+        from basis.runtime.inputs import redacted_uri
+
+        return redacted_uri(os.environ["MLFLOW_TRACKING_URI"])
     created = read_local_store(store, "SELECT MIN(creation_time) FROM experiments")
     return None if created is None else str(created)
 
