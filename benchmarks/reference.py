@@ -99,4 +99,80 @@ def scaling(args: argparse.Namespace) -> int:
     return 0
 
 
-PARTS = {"scaling": (add_scaling_arguments, scaling)}
+def add_table_load_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--columns", type=int, default=64)
+    parser.add_argument("--formats", nargs="+", default=["npy", "npz"], choices=["npy", "npz", "csv"])
+    parser.add_argument("--folder", type=Path, default=Path("results/bench/tables"))
+
+
+#: One load in a fresh process: its seconds and its peak RSS above the RSS it starts from, as JSON.
+ONE_LOAD = """
+import json, sys, time
+import numpy as np
+from basis.data.feature_tables import load_feature_table
+path, how = sys.argv[1], sys.argv[2]
+
+def rss(field):
+    return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith(field)) / 1024
+
+open("/proc/self/clear_refs", "w").write("5")  # the peak RSS starts again from the current RSS
+before = rss("VmRSS:")
+start = time.perf_counter()
+if how == "numpy":
+    X = np.load(path)["X"] if path.endswith(".npz") else np.load(path)
+    total = float(X.sum(dtype=np.float64))
+else:
+    X = load_feature_table(path, label_column="label" if path.endswith(".csv") else None).X
+    total = float(X.sum(dtype=np.float64))
+seconds = time.perf_counter() - start
+print(json.dumps({"seconds": seconds, "peak_mb": rss("VmHWM:") - before}))
+"""
+
+
+def table_load(args: argparse.Namespace) -> int:
+    """A large feature table loaded as the workflow loads one, against a bare ``numpy.load``.
+
+    Writes a ``--rows`` x ``--columns`` float32 table (clustered points) in each format, then
+    in fresh processes, the page cache warm, times ``numpy.load`` of the array (plus one pass
+    over it, as any use makes) and :func:`basis.data.feature_tables.load_feature_table` (its
+    checks included, plus the same pass), with each one's peak RSS above the interpreter's.
+    The floor: at most 2x numpy's time and 2x the array's bytes.
+    """
+    import numpy as np
+
+    from basis.data.clusters import clustered_data
+
+    args.folder.mkdir(parents=True, exist_ok=True)
+    X, y = clustered_data(args.rows, args.columns, 10, seed=0)
+    X = X.astype(np.float32)
+    array_mb = X.nbytes / 2**20
+    print(f"| format | numpy s | table s | ratio | numpy peak MB | table peak MB | x array ({array_mb:.0f} MB) |")
+    print("|---|---|---|---|---|---|---|")
+    for name in args.formats:
+        path = args.folder / f"table.{name}"
+        if name == "npy":
+            np.save(path, X)
+        elif name == "npz":
+            np.savez(path, X=X, y=y)
+        else:
+            import pandas as pd
+
+            frame = pd.DataFrame(X, columns=[f"f{i}" for i in range(args.columns)]).assign(label=y)
+            frame.to_csv(path, index=False)
+        figures = {}
+        for how in ("numpy", "table") if name != "csv" else ("table",):
+            runs = [subprocess.run([sys.executable, "-c", ONE_LOAD, str(path), how], capture_output=True, text=True,
+                                   check=True) for _ in range(3)]  # fmt: skip
+            figures[how] = min((json.loads(run.stdout) for run in runs), key=lambda r: r["seconds"])
+        base = figures.get("numpy", {"seconds": float("nan"), "peak_mb": float("nan")})
+        table = figures["table"]
+        print(
+            f"| {name} | {base['seconds']:.2f} | {table['seconds']:.2f} | {table['seconds'] / base['seconds']:.2f}"
+            f" | {base['peak_mb']:.0f} | {table['peak_mb']:.0f} | {table['peak_mb'] / array_mb:.2f} |",
+            flush=True,
+        )
+    return 0
+
+
+PARTS = {"scaling": (add_scaling_arguments, scaling), "table-load": (add_table_load_arguments, table_load)}

@@ -1,0 +1,109 @@
+"""Feature tables of one's own (basis.data.feature_tables): each format read as written, and
+every bad file refused in one line naming the file and, for a bad value, its row and column."""
+
+import os
+
+import numpy as np
+import pytest
+
+from basis.data.clusters import clustered_data
+from basis.data.feature_tables import FeatureTable, check_regular_file, load_feature_table
+from basis.errors import InputError
+
+
+@pytest.fixture
+def points():
+    """Siamese-like clustered points, translated far from the origin (a design that is not centred)."""
+    X, y = clustered_data(300, 8, 3, seed=0, spread=1.5)
+    return (X + 1e3).astype(np.float32), y
+
+
+def _csv(path, X, labels=None, header=None):
+    header = header or [f"f{i}" for i in range(X.shape[1])]
+    rows = [",".join(header + (["label"] if labels is not None else []))]
+    for i, row in enumerate(X):
+        rows.append(",".join([repr(float(v)) for v in row] + ([str(labels[i])] if labels is not None else [])))
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def test_each_format_gives_the_same_points_and_labels(tmp_path, points):
+    X, y = points
+    np.save(tmp_path / "t.npy", X)
+    np.savez(tmp_path / "t.npz", X=X, y=y)
+    names = np.array(["cat", "dog", "emu"])[y]
+    tables = {
+        "npy": load_feature_table(tmp_path / "t.npy"),
+        "npz": load_feature_table(tmp_path / "t.npz"),
+        "csv": load_feature_table(_csv(tmp_path / "t.csv", X, y), label_column="label"),
+        "csv strings": load_feature_table(_csv(tmp_path / "s.csv", X, names), label_column="label"),
+        "csv unlabelled": load_feature_table(_csv(tmp_path / "u.csv", X)),
+    }
+    for name, table in tables.items():
+        assert isinstance(table, FeatureTable) and table.X.dtype == np.float32, name
+        np.testing.assert_array_equal(table.X, X, err_msg=name)
+    assert tables["npy"].y is None and tables["csv unlabelled"].y is None
+    for name in ("npz", "csv", "csv strings"):
+        np.testing.assert_array_equal(tables[name].y, y, err_msg=name)
+    assert tables["csv strings"].classes == ("cat", "dog", "emu") and tables["npz"].classes is None
+    assert isinstance(tables["npy"].X, np.memmap)  # float32 .npy: read by what uses it, not copied
+
+
+def _refused(path, **options) -> str:
+    with pytest.raises(InputError) as refused:
+        load_feature_table(path, **options)
+    message = str(refused.value)
+    assert len(message.splitlines()) == 1 and str(path) in message
+    return message
+
+
+def test_bad_values_are_named_by_row_and_column(tmp_path, points):
+    X, y = points
+    bad = X.copy()
+    bad[17, 5] = np.nan
+    np.save(tmp_path / "nan.npy", bad)
+    assert "row 17, column 5 is nan, not finite" in _refused(tmp_path / "nan.npy")
+    bad[17, 5], bad[3, 2] = 0.0, np.inf
+    assert "row 3, column 'f2' is inf" in _refused(_csv(tmp_path / "inf.csv", bad, y), label_column="label")
+    text = (tmp_path / "inf.csv").read_text().replace("inf", "1.0").splitlines()
+    text[9] = text[9].replace(text[9].split(",")[4], "abc", 1)
+    (tmp_path / "word.csv").write_text("\n".join(text) + "\n")
+    assert "row 8, column 'f4' is 'abc', not a number" in _refused(tmp_path / "word.csv", label_column="label")
+    np.save(tmp_path / "huge.npy", np.full((4, 2), 1e30))
+    assert "row 0, column 0" in _refused(tmp_path / "huge.npy")
+    np.save(tmp_path / "flat.npy", np.ones(5))
+    assert "shape (5,)" in _refused(tmp_path / "flat.npy")
+    np.save(tmp_path / "complex.npy", np.ones((4, 2), dtype=complex))
+    assert "complex128" in _refused(tmp_path / "complex.npy")
+
+
+def test_labels_must_be_there_and_be_integers_or_strings(tmp_path, points):
+    X, y = points
+    path = _csv(tmp_path / "t.csv", X, y)
+    assert "no label column 'class'" in _refused(path, label_column="class")
+    floats = _csv(tmp_path / "f.csv", X, y + 0.5)
+    assert "row 0 is 0.5; labels are integers or strings" in _refused(floats, label_column="label")
+    np.savez(tmp_path / "short.npz", X=X, y=y[:-1])
+    assert "299 labels for 300 points" in _refused(tmp_path / "short.npz")
+    np.savez(tmp_path / "nox.npz", features=X)
+    assert "holds no array X" in _refused(tmp_path / "nox.npz")
+    np.save(tmp_path / "t.npy", X)
+    assert "label_column is for CSV and Parquet" in _refused(tmp_path / "t.npy", label_column="label")
+
+
+def test_files_that_are_not_tables_are_refused(tmp_path, points):
+    X, _ = points
+    np.save(tmp_path / "t.npy", X)
+    (tmp_path / "cut.npy").write_bytes((tmp_path / "t.npy").read_bytes()[:200])
+    assert "not a readable .npy file" in _refused(tmp_path / "cut.npy")
+    (tmp_path / "empty.csv").write_bytes(b"")
+    assert "is empty (0 bytes)" in _refused(tmp_path / "empty.csv")
+    (tmp_path / "t.txt").write_text("1,2\n")
+    assert "unknown format .txt" in _refused(tmp_path / "t.txt")
+    assert "does not exist" in _refused(tmp_path / "missing.npy")
+    os.symlink(tmp_path / "b.npy", tmp_path / "a.npy")
+    os.symlink(tmp_path / "a.npy", tmp_path / "b.npy")
+    assert "symbolic links form a loop" in _refused(tmp_path / "a.npy")
+    assert "is a folder" in _refused(tmp_path)
+    with pytest.raises(InputError, match="not a regular file"):
+        check_regular_file("/dev/null")
