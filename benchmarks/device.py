@@ -172,25 +172,23 @@ def _smi(fields: str) -> str:
         return "nvidia-smi: not found"
 
 
+def _bench_step(device: str, *options: str) -> list[str]:
+    """The command of one ``python -m basis bench step --json`` on ``device`` with ``options``."""
+    return [*_python(), "-m", "basis", "bench", "step", "--device", device, "--json", *options]
+
+
 def _scale_steps(summary: Summary, device: str) -> None:
     graphs = ["--cuda-graphs"] if device != "cpu" else []
-    step = [
-        "-m",
-        "basis",
-        "bench",
-        "step",
-        "--device",
-        device,
-        "--iterations",
-        os.environ.get("STEP_ITERATIONS", "100"),
-    ]
+    iterations = os.environ.get("STEP_ITERATIONS", "100")
     runs = [("clusters_1", "clusters"), ("clusters_2", "clusters"), ("clusters_3", "clusters")]
-    runs = [("old_clusters", "clusters")] * bool(os.environ.get("OLD")) + runs + [("touching", "touching")]
-    for name, data in [*runs, ("digits", "digits")]:
+    runs += [("touching", "touching"), ("digits", "digits")]
+    if os.environ.get("OLD"):  # the baseline first
+        runs.insert(0, ("old_clusters", "clusters"))
+    for name, data in runs:
         folder = os.environ["OLD"] if name.startswith("old") else ROOT
-        command = [*_python(), *step, "--data", data, *graphs, "--json"]
+        command = _bench_step(device, "--iterations", iterations, "--data", data, *graphs)
         summary.run(f"step {name}", command, f"step_{name}", cwd=folder, env={**os.environ, "PYTHONPATH": "."})
-    steps = {name: r for name, _ in [*runs, ("digits", "")] if (r := _json(summary.out / f"step_{name}.json"))}
+    steps = {name: r for name, _ in runs if (r := _json(summary.out / f"step_{name}.json"))}
     for name, r in steps.items():
         hypotheses = r["ransac_hypotheses"]
         summary.say(
@@ -339,8 +337,7 @@ def _steps_at_once(out: Path, device: str, mode: str, name: str, count: int, wai
     with CUDA graphs, 500 eager: about 6 s alone on an H200), into ``OUT/<name><i>.json``."""
     flags = ["--cuda-graphs"] if mode == "graphs" and device != "cpu" else []
     steps = "1500" if mode == "graphs" else "500"
-    command = [*_python(), "-m", "basis", "bench", "step", "--device", device, "--json", "--iterations", steps]
-    command += ["--start-at", str(time.time() + wait), *flags]
+    command = _bench_step(device, "--iterations", steps, "--start-at", str(time.time() + wait), *flags)
     processes = []
     for i in range(1, count + 1):
         with open(out / f"{name}{i}.json", "w") as stdout, open(out / f"{name}{i}.err", "w") as stderr:
@@ -376,18 +373,7 @@ def shared(args: argparse.Namespace) -> int:
             summary.say(_capture_check())
         except Exception as err:  # noqa: BLE001
             summary.fail(f"capture test: {type(err).__name__}: {err}")
-        profile = [
-            *_python(),
-            "-m",
-            "basis",
-            "bench",
-            "step",
-            "--device",
-            device,
-            "--json",
-            "--cuda-graphs",
-            "--profile",
-        ]
+        profile = _bench_step(device, "--cuda-graphs", "--profile")
         if summary.run("profile", profile, cwd=ROOT) and (result := _json(out / "profile.json")):
             summary.say(f"alone, cuda graphs: {result['ms_per_iteration']}; device busy ms per step:"
                         f" {result.get('device_busy_ms_per_iteration')}")  # fmt: skip

@@ -121,10 +121,9 @@ before = rss("VmRSS:")
 start = time.perf_counter()
 if how == "numpy":
     X = np.load(path)["X"] if path.endswith(".npz") else np.load(path)
-    total = float(X.sum(dtype=np.float64))
 else:
     X = load_feature_table(path, label_column="label" if path.endswith(".csv") else None).X
-    total = float(X.sum(dtype=np.float64))
+total = float(X.sum(dtype=np.float64))  # one pass over the points, as any use makes
 seconds = time.perf_counter() - start
 print(json.dumps({"seconds": seconds, "peak_mb": rss("VmHWM:") - before}))
 """
