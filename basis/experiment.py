@@ -31,11 +31,14 @@ import numpy as np
 from basis import metrics
 from basis.catalog.settings import EVALUATION_KEYS, resolve_settings
 from basis.data import Dataset
+from basis.errors import InputError
 from basis.estimators import SpecNet2, SpectralEstimator, make_estimator
 from basis.graph import sparse_affinity
-from basis.references import analytic_embedding, load_reference
+from basis.references import analytic_embedding, check_graph_size, load_reference
 from basis.runtime.timing import timed
 
+#: The methods that align batches through anchors (drawn at random on unlabelled data).
+ANCHORED_METHODS = ("basis",)
 #: The authors' test anchors per class, for a method that has no ``anchors_per_class``.
 AUTHORS_ANCHORS_PER_CLASS = 25
 
@@ -52,10 +55,15 @@ class RunResult:
 
 def build_estimator(method: str, data: Dataset, settings: dict[str, Any], **run: Any) -> SpectralEstimator:
     """``method``'s estimator with ``settings`` (its ``n_components`` defaulting to the
-    data's classes) and the ``run`` options (seed, device, callback), which take precedence
+    data's classes; on unlabelled data, BASiS's anchors drawn at random, ``anchors_per_class``
+    per component) and the ``run`` options (seed, device, callback), which take precedence
     over a setting of the same name (a benchmark's shorter ``n_iter``)."""
     params = {k: v for k, v in settings.items() if k not in EVALUATION_KEYS}
-    return make_estimator(method, n_components=settings["n_components"] or data.n_classes, **{**params, **run})
+    n_components = settings["n_components"] or data.n_components
+    if not data.labelled and params.get("anchors", "stratified") == "stratified" and method in ANCHORED_METHODS:
+        # no classes to draw anchors from: as many drawn at random as K classes would give
+        params |= {"anchors": "random", "n_anchors": params["anchors_per_class"] * n_components}
+    return make_estimator(method, n_components=n_components, **{**params, **run})
 
 
 def authors_split(data: Dataset, per_class: int, seed: int) -> tuple[Dataset, np.ndarray]:
@@ -77,6 +85,18 @@ def authors_split(data: Dataset, per_class: int, seed: int) -> tuple[Dataset, np
     return split, order
 
 
+def unlabelled_settings(data: Dataset, settings: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """``settings`` as they apply to ``data``: on unlabelled data, the authors' evaluation
+    (whose test anchors are drawn per class) gives way to ours; returns why, if it did."""
+    if data.labelled or settings["evaluation"] != "authors":
+        return settings, None
+    why = (
+        f"data set {data.name} has no labels: the authors' evaluation draws its test anchors per class,"
+        " so its runs are evaluated by ours (evaluation: ours), and BASiS draws its anchors at random"
+    )
+    return {**settings, "evaluation": "ours"}, why
+
+
 def check_method(method: str, data: Dataset, settings: dict[str, Any]) -> SpectralEstimator:
     """What ``method``'s ``settings`` must satisfy on ``data`` (batch size against the
     training set, anchors against the classes, ...): an InputError before any training,
@@ -84,6 +104,15 @@ def check_method(method: str, data: Dataset, settings: dict[str, Any]) -> Spectr
     unfitted estimator."""
     estimator = build_estimator(method, data, settings)
     estimator.check_input(data.X_train, data.y_train)
+    check_graph_size(data, settings)
+    if settings["evaluation"] == "authors" and data.labelled:
+        per_class = settings.get("anchors_per_class", AUTHORS_ANCHORS_PER_CLASS)
+        labels, counts = np.unique(data.y_test, return_counts=True)
+        if counts.min() < per_class:
+            raise InputError(
+                f"data set {data.name}: the authors' evaluation draws {per_class} test anchors per class, and class"
+                f" {labels[counts.argmin()]} has {counts.min()} test points; give it more or use evaluation: ours"
+            )
     return estimator
 
 
@@ -104,7 +133,7 @@ class PlannedRun:
 def plan_run(method: str, data: Dataset, seed: int, device: str, settings, callback, reference) -> PlannedRun:
     """What :func:`run_method` trains and scores (its arguments), set up but not trained."""
     settings = settings or resolve_settings(method)
-    n_components = settings["n_components"] or data.n_classes
+    n_components = settings["n_components"] or data.n_components
     # A stored reference is checked before training, not after.
     stored = reference
     if isinstance(reference, (str, Path)):
@@ -175,10 +204,26 @@ def _postprocess(planned: PlannedRun) -> None:
         planned.estimator.postprocess(planned.data.X_test)  # on the whole test set, as in the paper
 
 
+def _probe_accuracies(train_embedding, data: Dataset, test_embedding, ev: dict[str, Any], seed: int) -> dict:
+    """The two linear probes, each trained on the training split's output, tested on the test split's."""
+    splits = (train_embedding, data.y_train, test_embedding, data.y_test)
+    with timed("probe"):
+        accuracy = metrics.linear_probe_accuracy(*splits, C=ev["probe_C"], max_iter=ev["probe_max_iter"])
+    with timed("authors_probe"):
+        authors = metrics.authors_linear_probe_accuracy(
+            *splits,
+            epochs=ev["authors_probe_epochs"],
+            lr=ev["authors_probe_lr"],
+            batch_size=ev["authors_probe_batch_size"],
+            seed=seed,
+        )
+    return {"accuracy": accuracy, "accuracy_authors": authors}
+
+
 def evaluate_run(planned: PlannedRun, train_seconds: float) -> RunResult:
     """A trained run's scores on its test split (see the module's docstring)."""
     estimator, data, settings, seed = planned.estimator, planned.data, planned.settings, planned.seed
-    n_components = settings["n_components"] or data.n_classes
+    n_components = settings["n_components"] or data.n_components
     stored, authors = planned.stored, planned.authors
     with timed("transform"):
         test_embedding = estimator.transform(data.X_test)
@@ -190,14 +235,17 @@ def evaluate_run(planned: PlannedRun, train_seconds: float) -> RunResult:
             else analytic_embedding(data.X_test, settings, n_components, device=str(estimator.device_))
         )
     ev = settings["eval"]
-    result = metrics.evaluate_embedding(
-        test_embedding,
-        data.y_test,
-        reference_embedding,
-        n_clusters=data.n_classes,
-        seed=seed,
-        n_init=ev["kmeans_n_init"],
-    )
+    if data.labelled:
+        result = metrics.evaluate_embedding(
+            test_embedding,
+            data.y_test,
+            reference_embedding,
+            n_clusters=data.n_classes,
+            seed=seed,
+            n_init=ev["kmeans_n_init"],
+        )
+    else:  # d_G and d_perp need no labels; the clusterings and the probes do
+        result = metrics.unlabelled_scores(test_embedding, reference_embedding)
     if authors:
         with timed("d_G_code"):
             base = getattr(estimator, "reference_anchor_embedding_", None)
@@ -209,17 +257,8 @@ def evaluate_run(planned: PlannedRun, train_seconds: float) -> RunResult:
                 sparse_affinity(data.X_test, estimator.graph_, device=str(estimator.device_)).sum(axis=1)
             ).ravel()
             result["d_G_own_basis"] = metrics.own_basis_grassmann_distance(test_embedding, reference_embedding, degrees)
-    splits = (train_embedding, data.y_train, test_embedding, data.y_test)  # each probe trains and tests on these
-    with timed("probe"):
-        result["accuracy"] = metrics.linear_probe_accuracy(*splits, C=ev["probe_C"], max_iter=ev["probe_max_iter"])
-    with timed("authors_probe"):
-        result["accuracy_authors"] = metrics.authors_linear_probe_accuracy(
-            *splits,
-            epochs=ev["authors_probe_epochs"],
-            lr=ev["authors_probe_lr"],
-            batch_size=ev["authors_probe_batch_size"],
-            seed=seed,
-        )
+    if data.labelled:
+        result |= _probe_accuracies(train_embedding, data, test_embedding, ev, seed)
     errors = getattr(estimator, "alignment_errors_", None)
     if errors:  # how well the batches were aligned (see BASiS.align), and how sure RANSAC was
         result["alignment_error_median"], result["alignment_error_max"] = float(np.median(errors)), max(errors)

@@ -219,6 +219,20 @@ def own_basis_grassmann_distance(Y: np.ndarray, reference: np.ndarray, degrees: 
     return grassmann_distance(mapped, reference, variant="paper")
 
 
+#: d_perp's variants and the suffixes of their names.
+PERP_VARIANTS = (("paper", ""), ("colnorm", "_colnorm"), ("code", "_code"))
+
+
+def unlabelled_scores(embedding: np.ndarray, reference: np.ndarray) -> dict[str, float]:
+    """What an embedding of unlabelled points is scored by: d_G against the reference and
+    d_perp, in the variants of :func:`evaluate_embedding` (NMI, ACC and the probes need labels)."""
+    result = {f"d_perp{suffix}": orthogonality(embedding, variant=variant) for variant, suffix in PERP_VARIANTS}
+    with timed("d_G"):
+        result["d_G"] = grassmann_distance(embedding, reference)
+        result["d_G_colnorm"] = grassmann_distance(embedding, reference, variant="colnorm")
+    return result
+
+
 def evaluate_embedding(
     embedding: np.ndarray,
     labels: np.ndarray,
@@ -242,7 +256,7 @@ def evaluate_embedding(
         result = {"acc": clustering_accuracy(labels, predicted)}
         mutual_information = nmi(labels, predicted), nmi(labels, predicted, variant="code")
     with timed("d_perp"):
-        for variant, suffix in (("paper", ""), ("colnorm", "_colnorm"), ("code", "_code")):
+        for variant, suffix in PERP_VARIANTS:
             result[f"d_perp{suffix}"] = orthogonality(embedding, variant=variant)
     result["nmi"], result["nmi_code"] = mutual_information
     if reference is not None:

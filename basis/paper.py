@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 import pandas as pd
 
@@ -98,6 +99,27 @@ def mean_std(mean: float, std: float, plus_minus: str = " ± ") -> str:
     return f"{mean:.3f}{plus_minus}{std:.3f}"
 
 
+#: How a table shows a measure that a data set cannot have (NMI without labels).
+NOT_AVAILABLE = "n/a"
+
+
+def not_available(metrics: Iterable[tuple[str, dict]]) -> dict[str, dict[str, str]]:
+    """Data set -> measure -> why it is not available, from ``(data set, metrics.json)`` pairs."""
+    found: dict[str, dict[str, str]] = {}
+    for dataset, values in metrics:
+        found.setdefault(dataset, {}).update(values.get("not_available", {}))
+    return {dataset: reasons for dataset, reasons in found.items() if reasons}
+
+
+def _unavailable_note(unavailable: dict[str, dict[str, str]]) -> list[str]:
+    """The footnote that says why cells read n/a."""
+    reasons: dict[str, set[str]] = {}
+    for dataset, by_measure in unavailable.items():
+        for measure, why in by_measure.items():
+            reasons.setdefault(why, set()).add(f"{dataset} {measure}")
+    return [f"{NOT_AVAILABLE}: {why} ({', '.join(sorted(cells))})." for why, cells in sorted(reasons.items())]
+
+
 def summarize(runs: pd.DataFrame) -> pd.DataFrame:
     """Mean and sample std over seeds for every (dataset, method) and measure."""
     runs = runs.reindex(columns=[*runs.columns, *(m for m in ALL_MEASURES if m not in runs.columns)])
@@ -117,10 +139,12 @@ def _best_methods(summary: pd.DataFrame, measures: tuple[str, ...] = MEASURES) -
     return best
 
 
-def table_markdown(summary: pd.DataFrame) -> str:
+def table_markdown(summary: pd.DataFrame, unavailable: dict[str, dict[str, str]] | None = None) -> str:
     """Table 1 twice: by the paper's equations, then in the variants of the authors' code
     that produced the paper's numbers (see :data:`PAPER_VARIANT`), their column-normalised
-    d_G beside the output's skew and marked where it is not a distance."""
+    d_G beside the output's skew and marked where it is not a distance. ``unavailable``
+    (:func:`not_available`): the cells a data set cannot have, shown n/a with the reason."""
+    unavailable = unavailable or {}
     sections = [
         ("By the paper's equations (probe: converged logistic regression)", MEASURES),
         ("As the authors' code computed them (the variants behind the paper's numbers)", CODE_COLUMNS),
@@ -138,6 +162,8 @@ def table_markdown(summary: pd.DataFrame) -> str:
             cells = []
             for m in measures:
                 text = mean_std(row[(m, "mean")], row[(m, "std")])
+                if m in unavailable.get(dataset, {}):
+                    text = NOT_AVAILABLE
                 if m == "d_G_code" and not_a_distance(row):
                     text += f" {NOT_A_DISTANCE}"
                 cells.append(f"**{text}**" if (dataset, method, m) in best else text)
@@ -149,6 +175,7 @@ def table_markdown(summary: pd.DataFrame) -> str:
         " column-normalised value is not ranked. d_G_code is the authors' computation: it needs"
         " `evaluation: authors` (a dash otherwise)."
     )
+    lines += _unavailable_note(unavailable)
     return "\n".join(lines) + "\n"
 
 
@@ -182,10 +209,12 @@ def table_latex(summary: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def comparison_markdown(summary: pd.DataFrame) -> str:
+def comparison_markdown(summary: pd.DataFrame, unavailable: dict[str, dict[str, str]] | None = None) -> str:
     """Each paper number beside ours in the variant that produced it (the authors' code)
     and ours by the paper's equation; the difference and whether ours lies within the
-    paper's mean +/- 2 std are for the same variant. Cells the paper does not report say so."""
+    paper's mean +/- 2 std are for the same variant. Cells the paper does not report say so,
+    and so do those a data set cannot have (``unavailable``, :func:`not_available`)."""
+    unavailable = unavailable or {}
     lines = [
         "# Reproduced vs. paper (Table 1)",
         "",
@@ -217,6 +246,15 @@ def comparison_markdown(summary: pd.DataFrame) -> str:
             if variant == "d_G_code" and not_a_distance(row):
                 same += f" {NOT_A_DISTANCE}"
             paper = PAPER_TABLE1.get((dataset, method, measure))
+            missing = unavailable.get(dataset, {})
+            if variant in missing:  # nothing to compare with the paper's number, and why
+                equation = NOT_AVAILABLE if measure in missing else equation
+                verdict = f"{'no paper number; ' if paper is None else ''}{missing[variant]}"
+                shown = "—" if paper is None else f"{paper[0]:.3f} ± {paper[1]:.3f}"
+                lines.append(
+                    f"| {dataset} | {method} | {measure} | {shown} | {NOT_AVAILABLE} | — | {verdict} | {equation} |"
+                )
+                continue
             if paper is None:
                 lines.append(f"| {dataset} | {method} | {measure} | — | {same} | — | no paper number | {equation} |")
                 continue

@@ -68,12 +68,25 @@ def fingerprint(X: np.ndarray) -> str:
     return hashlib.sha256(np.ascontiguousarray(X, dtype=np.float32).tobytes()).hexdigest()[:16]
 
 
+def check_graph_size(data: Dataset, settings: dict[str, Any]) -> None:
+    """The test split's graph needs more points than neighbours and than components."""
+    n_test, k = len(data.X_test), settings["graph"].get("n_neighbors")
+    if k is not None and n_test <= k:
+        raise InputError(
+            f"data set {data.name}: its test split holds {n_test} points, no more than graph.n_neighbors={k};"
+            " give it more points or fewer neighbours"
+        )
+    n_components = settings["n_components"] or data.n_components
+    if n_components is not None and n_test <= n_components + 1:
+        raise InputError(f"data set {data.name}: its test split holds {n_test} points for {n_components} components")
+
+
 def save_reference(
     path: str | Path, data: Dataset, settings: dict[str, Any], device: str = "cpu", eigensolver: str = "auto"
 ) -> dict[str, Any]:
     """Compute the test split's analytic embedding once (see :func:`analytic_embedding`)
     and store it with its settings and a fingerprint of the test inputs."""
-    n_components = settings["n_components"] or data.n_classes
+    n_components = settings["n_components"] or data.n_components
     start, report = time.perf_counter(), {}
     U = analytic_embedding(data.X_test, settings, n_components, device=device, report=report, eigensolver=eigensolver)
     meta = {**reference_settings(settings, n_components), "test_inputs": fingerprint(data.X_test)}

@@ -62,6 +62,28 @@ def run_snakemake(
     )
 
 
+def _tree(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+def refused(argv: list[str], folder: Path, capsys, monkeypatch) -> str:
+    """Run ``python -m basis ARGV`` in ``folder`` (in this process) and assert the promise
+    for bad input: exit status 2, one line on stderr, no traceback, nothing written
+    (no output, partial, store or log); returns the line."""
+    from basis.cli import launcher
+
+    monkeypatch.chdir(folder)
+    before = _tree(folder)
+    code = launcher.run_command(argv)
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2, (argv, err)
+    assert len(lines) == 1 and lines[0].startswith("error: "), (argv, err)
+    assert "Traceback" not in err
+    assert _tree(folder) == before, (argv, _tree(folder) - before)
+    return lines[0]
+
+
 def assert_refused(done: subprocess.CompletedProcess, message: str) -> None:
     """A dry run refused its config or store as the README promises: exit status 2 and one
     line naming the problem (beside Snakemake's notice of the profile it reads)."""

@@ -208,7 +208,23 @@ def test_bad_config_stops_before_any_job(workdir):
             "basis: {anchors_per_klass: 25}",
             "methods.basis or protocol: unknown key 'anchors_per_klass'",
         ),
-        ("datasets: [mnist,", "datasets: [imagenet,", "datasets"),
+        (
+            "datasets: [mnist,",
+            "datasets: [imagenet,",
+            "datasets: 'imagenet' is neither a catalog data set nor declared",
+        ),
+        # data sets of one's own: a catalog name, an unknown key, a path that is not there
+        (
+            "datasets: [mnist,",
+            "data_sources: {mnist: {path: config}}\ndatasets: [mnist,",
+            "data_sources.mnist: 'mnist' is a data set of the catalog; give yours another name",
+        ),
+        ("datasets: [mnist,", "data_sources: {mine: {path: config, colour: true}}\ndatasets: [mnist,", "'colour'"),
+        (
+            "datasets: [mnist,",
+            "data_sources: {mine: {path: data/mine.csv}}\ndatasets: [mine, mnist,",
+            "data_sources.mine.path data/mine.csv: does not exist",
+        ),
         ("  specnet2: {}", "  specnet3: {}", "specnet3"),
         # the values the jobs would use, checked as the jobs take them
         (
@@ -618,7 +634,7 @@ def test_under_a_profiler_a_command_exits_normally_so_that_the_profile_is_writte
         timeout=HANG_GUARD_S,
         cwd=ROOT,
     )
-    assert "the following arguments are required" in done.stderr  # (cProfile drops the exit code)
+    assert "error: give --dataset" in done.stderr  # (cProfile drops the exit code)
     assert profile.stat().st_size > 0
 
 

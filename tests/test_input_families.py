@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import refused
 
 from basis.cli import launcher
 from basis.runtime import inputs
@@ -22,30 +23,6 @@ COMMANDS_WITH_FILES = {  # command arguments before --out, and the suffix its --
     "features": (["features", "--dataset", "digits", "--set", "n_steps=1"], ".npz"),
     "figure": (["figure", "fig2_illustration", "--input", "toy"], ".png"),
 }
-
-
-def _tree(root: Path) -> set[str]:
-    return {str(p.relative_to(root)) for p in root.rglob("*")}
-
-
-@pytest.fixture(autouse=True)
-def local_store(monkeypatch):
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-
-
-def refused(argv: list[str], folder: Path, capsys, monkeypatch) -> str:
-    """Run ``python -m basis ARGV`` in ``folder`` and assert the family's promise; returns
-    the one line."""
-    monkeypatch.chdir(folder)
-    before = _tree(folder)
-    code = launcher.run_command(argv)
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert code == 2, (argv, err)
-    assert len(lines) == 1 and lines[0].startswith("error: "), (argv, err)
-    assert "Traceback" not in err
-    assert _tree(folder) == before, (argv, _tree(folder) - before)  # no output, partial, store or log
-    return lines[0]
 
 
 @pytest.fixture

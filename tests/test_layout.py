@@ -136,6 +136,7 @@ FLOORS = (
     "changing_features",
     "studies",
     "paper",
+    "verdicts",
     "tracking",
     "cli",
     "__main__",

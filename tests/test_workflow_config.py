@@ -12,6 +12,7 @@ import yaml
 from snakemake.utils import validate
 
 from basis.catalog import FEATURE_SETS, TOY_SETS, method_names, study_names
+from basis.catalog.data_sources import NAME_PATTERN, SOURCE_KEYS
 from basis.catalog.settings import REFERENCE_KEYS
 from basis.catalog.workflow_config import (
     ablation_variants,
@@ -125,7 +126,13 @@ def test_the_schema_names_what_the_catalog_declares():
     schema = yaml.safe_load(SCHEMA.read_text())["properties"]
     assert schema["methods"]["propertyNames"]["enum"] == method_names()
     # the data sets a run takes: the feature sets and the toy sets (the bunny is its study's)
-    assert schema["datasets"]["items"]["enum"] == [*FEATURE_SETS, *TOY_SETS]
+    catalog, own = schema["datasets"]["items"]["anyOf"]
+    assert catalog["enum"] == [*FEATURE_SETS, *TOY_SETS]
+    assert own["pattern"] == NAME_PATTERN.pattern  # or a data set of one's own
+    experiments = schema["experiments"]["properties"]
+    assert experiments["knn"]["properties"]["dataset"] == schema["datasets"]["items"]
+    assert experiments["ablation"]["properties"]["datasets"]["items"] == schema["datasets"]["items"]
+    assert schema["data_sources"]["additionalProperties"]["properties"].keys() == set(SOURCE_KEYS)
     toy = schema["experiments"]["properties"]["toy"]["properties"]["datasets"]["items"]["enum"]
     assert toy == list(TOY_SETS)
 
@@ -179,3 +186,20 @@ def test_the_catalog_reads_each_methods_seeds_apart_declaration_as_its_class_hol
     assert seeds_apart_when(method) == type(estimator).SEEDS_APART_WHEN
     for key, (value, why) in seeds_apart_when(method).items():
         assert make_estimator(method, **{key: value})._why_not_together() == why
+
+
+def test_data_sets_of_ones_own_are_named_where_catalog_names_are_and_checked(tmp_path):
+    (tmp_path / "points.csv").write_text("a,b\n1,2\n3,4\n")
+    config = _config()
+    config["data_sources"] = {"mine": {"path": str(tmp_path / "points.csv"), "n_components": 2}}
+    config["datasets"] = ["digits", "mine"]
+    config["experiments"]["knn"]["dataset"] = "mine"
+    validate(config, str(SCHEMA))
+    check_workflow_config(config)
+    config["experiments"]["alignment_error"]["datasets"] = ["mine"]  # a study that draws anchors per class
+    with pytest.raises(InputError, match="experiments.alignment_error: data set mine has no labels"):
+        check_workflow_config(config)
+    config["experiments"]["alignment_error"]["datasets"] = ["digits"]
+    config["experiments"]["ablation"]["datasets"] = ["yours"]
+    with pytest.raises(InputError, match=r"ablation.datasets: 'yours' is neither .* \(declared: \['mine'\]\)"):
+        check_workflow_config(config)

@@ -142,6 +142,7 @@ def test_mlflow_holds_every_run_with_its_metrics(workflow):
     figures = [r for r in paper if r.data.tags.get("rule") in ("figure", "knn_sensitivity")]
     assert len(figures) == 10 and all(r.data.tags.get("mlflow.note.content") for r in figures)
     # toy x2, illustration, consistency, bunny, feature change x2, variants, alignment error
+    assert json.loads((workflow / "results/studies/feature_change/main/metrics.json").read_text())
     _, studies = runs(workflow, "studies")
     assert len(studies) == 9 and all(r.info.status == "FINISHED" for r in studies)
     # three alignments, on clean anchors and with anchor outliers
@@ -651,3 +652,80 @@ def test_browser_model_page_shows_its_description_final_loss_and_data_set(browse
     last = max(client.get_metric_history(run.info.run_id, "train/loss"), key=lambda m: m.step)
     assert last.step == 19 and f">{js_number(last.value)}<" in dom  # the final loss, not step 0's
     assert "Datasets used" in dom and re.search(r">digits \(#[0-9a-f]+\)<", dom)
+
+
+# -- data sets of one's own (last: it adds them to the finished tiny workflow) ------------------
+def _own_data_config(folder: Path) -> str:
+    """The tiny config with the README's `data_sources` example and an unlabelled CSV (the
+    .npz and the other formats: test_data_sources.py), each in Table 1, the labelled table
+    in the kNN sweep and the studies that take a data set, the image folder in the
+    feature-change study and the unlabelled table in the ablation; their files written
+    where the config names them."""
+    import yaml
+    from own_data import write_image_folder, write_tables
+
+    readme = (ROOT / "README.md").read_text().split("## Your own data", 1)[1]
+    example = yaml.safe_load(readme.split("```yaml\n", 1)[1].split("```", 1)[0])
+    tables = write_tables(folder / "data")
+    tables["labelled"].rename(folder / "data" / "my_table.csv")
+    write_image_folder(folder / "data" / "my_images")
+    config = yaml.safe_load((folder / TINY).read_text())
+    config["data_sources"] = example["data_sources"] | {"loose": {"path": "data/unlabelled.csv", "n_components": 10}}
+    config["datasets"] = [*config["datasets"], *example["datasets"], "loose"]
+    config["experiments"]["knn"]["dataset"] = "my_table"
+    config["experiments"]["ablation"]["datasets"] = ["two_moons", "loose"]
+    for study in ("variants", "alignment_error"):
+        config["experiments"][study]["datasets"].append("my_table")
+    feature_change = config["experiments"]["feature_change"]  # three classes of 36 test images
+    feature_change["settings"] |= {"dataset": "my_images", "eval_size": 100}
+    feature_change["main"] = {"n_components": 2, "ransac_sample_size": 5}
+    feature_change["subset"]["classes"] = [0, 1, 2]  # the subset's figure is 2-D
+    (folder / "own.yaml").write_text(yaml.safe_dump(config, sort_keys=False))  # the same --set order: no rerun
+    return "own.yaml"
+
+
+OWN = ("my_images", "my_table", "loose")
+
+
+def test_data_sets_of_ones_own_run_through_every_stage_and_an_edit_reruns_only_its_jobs(workflow):
+    config = _own_data_config(workflow)
+    done = run_snakemake(workflow, "--configfile", config, cores=2)
+    assert done.returncode == 0, done.stderr[-3000:]
+    table = pd.read_csv(workflow / "results/paper/table1.csv", header=[0, 1], index_col=[0, 1])
+    assert {(d, m) for d in OWN for m in METHODS} <= set(table.index)
+    assert table.loc[("loose", "basis"), ("nmi", "mean")] != table.loc[("loose", "basis"), ("nmi", "mean")]  # NaN
+    assert (table.loc[list(OWN), ("d_G", "mean")] > 0).all()
+    assert (table.loc[[d for d in OWN if d != "loose"], ("nmi", "mean")] > 0).all()
+    markdown = (workflow / "results/paper/table1.md").read_text()
+    assert "| loose | basis |" in markdown and "n/a: not available: the data set has no labels" in markdown
+    comparison = (workflow / "results/paper/comparison.md").read_text()
+    for dataset in OWN:
+        assert f"| {dataset} | basis | d_perp | — |" in comparison
+    assert (
+        "| loose | basis | nmi | — | n/a | — | no paper number; not available: the data set has no labels" in comparison
+    )
+    assert "| my_table | basis | nmi | — |" in comparison and "no paper number" in comparison
+    assert len(list((workflow / "results/knn/my_table").glob("k*/*/seed0/metrics.json"))) == 4  # 2 k x 2 methods
+    ablation = pd.read_csv(workflow / "results/paper/ablation.csv").set_index(["alignment", "dataset"])
+    assert ablation.loc[("ransac", "loose"), "alignment_error_median_mean"] > 0  # no labels needed
+    assert ablation.loc[("ransac", "loose"), "nmi_mean"] != ablation.loc[("ransac", "loose"), "nmi_mean"]  # NaN
+    for study in ("variants", "alignment_error"):
+        assert json.loads((workflow / f"results/studies/{study}/my_table/metrics.json").read_text())
+    _, studies = runs(workflow, "studies")
+    assert {r.data.params.get("data") for r in studies if r.data.tags.get("run") == "my_table"} == {"data/my_table.csv"}
+    # every run names its data set and its files' content hash as its MLflow dataset input
+    _, training = runs(workflow, "runs")
+    for dataset in OWN:
+        digest = json.loads((workflow / f"results/data/{dataset}.json").read_text())["content_hash"]
+        own = [r for r in training if r.data.tags.get("dataset") == dataset]
+        assert len(own) == len(METHODS) * 2
+        assert {(i.dataset.name, i.dataset.digest) for r in own for i in r.inputs.dataset_inputs} == {(dataset, digest)}
+    assert all("not_available.nmi" in r.data.tags for r in training if r.data.tags.get("dataset") == "loose")
+    # an edited file reruns its data set's jobs and what gathers them, nothing of the others
+    table_file = workflow / "data" / "my_table.csv"
+    table_file.write_text(table_file.read_text().replace("\n0.0,", "\n1.0,", 1))
+    plan = run_snakemake(workflow, "--configfile", config, "-n", cores=2)
+    datasets = set(re.findall(r"wildcards: dataset=([a-z_0-9]+)", plan.stdout))
+    rules = set(re.findall(r"^(?:local)?rule (\w+):", plan.stdout, flags=re.M))
+    assert datasets == {"my_table"}, plan.stdout[-3000:]
+    assert "download" in rules and "siamese_features" not in rules and "study_toy" not in rules

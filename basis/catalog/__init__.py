@@ -65,7 +65,7 @@ TOY_BATCH_SIZE = 256
 #: Parameters every method takes that the run command sets itself, not a config.
 RUN_PARAMETERS = ("callback", "device", "seed")
 #: Options a study takes from the command line's common flags, not from its settings.
-STUDY_RUN_OPTIONS = ("seed", "data_seed", "device", "data_root", "callback")
+STUDY_RUN_OPTIONS = ("seed", "data_seed", "device", "data_root", "data_source", "callback")
 
 
 def _arguments(function: ast.FunctionDef) -> list[ast.arg]:
@@ -227,7 +227,8 @@ def study_declaration(name: str) -> Study:
 
 def study_parameters(name: str, include_common: bool = False) -> list[str]:
     """Settings a study takes from its config section; with ``include_common``, also
-    those the command line sets (seed, data seed, device, data root, callback)."""
+    those the command line sets (seed, data seed, device, data root, a data set of one's
+    own, callback)."""
     if name not in _studies():
         raise InputError(f"unknown study {name!r}; valid: {study_names()}")
     return [p for p in _studies()[name] if include_common or p not in STUDY_RUN_OPTIONS]
@@ -360,7 +361,7 @@ def source_hash(paths: list[Path], texts: list[str] = ()) -> str:
 
 
 #: Modules that only draw and tabulate results; computing jobs do not depend on them.
-PRESENTATION = ("studies/figures.py", "paper.py")
+PRESENTATION = ("studies/figures.py", "paper.py", "verdicts.py")
 
 
 def _study_parts(name: str) -> tuple[str, str]:

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from basis.catalog import ALIGNMENTS, DATASETS, TOY_SETS, study_names, study_runs
+from basis.catalog.data_sources import DataSource, data_sources
 from basis.catalog.settings import resolve_settings, why_seeds_apart
 from basis.errors import InputError
 
@@ -65,11 +66,12 @@ def workflow_study_runs(config: Mapping[str, Any]) -> dict[str, dict[str, dict]]
         runs = {name: study_runs(name, sections[name] or {}) for name in study_names()}
     except InputError as err:
         raise InputError(f"config: {err}") from None
+    known = {*DATASETS, *(config.get("data_sources") or {})}  # the catalog's, and one's own
     unknown = sorted(
-        {s["dataset"] for jobs in runs.values() for s in jobs.values() if s.get("dataset", DATASETS[0]) not in DATASETS}
+        {s["dataset"] for jobs in runs.values() for s in jobs.values() if s.get("dataset", DATASETS[0]) not in known}
     )
     if unknown:
-        raise InputError(f"config: experiments: unknown data sets {unknown}; valid: {list(DATASETS)}")
+        raise InputError(f"config: experiments: unknown data sets {unknown}; valid: {sorted(known)}")
     return runs
 
 
@@ -88,9 +90,38 @@ def _check_fits_batch(where: str, n_neighbors: list[int], batch_size: int) -> No
         raise InputError(f"config: {where} ({given}) must be smaller than protocol.batch_size ({batch_size})")
 
 
+def check_dataset_names(config: Mapping[str, Any], runs: dict[str, dict[str, dict]]) -> dict[str, DataSource]:
+    """Each data set the config runs (``datasets``, the kNN sweep's, the ablation's) is the
+    catalog's or declared in ``data_sources`` (each declaration checked), and a study's
+    (``runs``) of one's own is labelled; returns the declarations."""
+    sources = data_sources(config)
+    studies = config["experiments"]
+    named = {
+        "datasets": config["datasets"],
+        "experiments.knn.dataset": [studies["knn"]["dataset"]],
+        "experiments.ablation.datasets": studies["ablation"]["datasets"],
+    }
+    for name, study in runs.items():
+        own = {run["dataset"] for run in study.values() if run.get("dataset") in sources}
+        unlabelled = sorted(dataset for dataset in own if not sources[dataset].has_labels())
+        if unlabelled:
+            raise InputError(
+                f"config: experiments.{name}: data set {unlabelled[0]} has no labels; the study draws anchors per class"
+            )
+    for where, names in named.items():
+        unknown = [name for name in names if name not in DATASETS and name not in sources]
+        if unknown:
+            declared = f" (declared: {sorted(sources)})" if sources else ""
+            raise InputError(
+                f"config: {where}: {unknown[0]!r} is neither a catalog data set nor declared in data_sources{declared}"
+            )
+    return sources
+
+
 def check_workflow_config(config: Mapping[str, Any]) -> dict[str, dict[str, dict]]:
     """What a schema-valid config must also be, before any job: every study section valid
-    (:func:`workflow_study_runs`), every method's settings resolvable, the graph smaller
+    (:func:`workflow_study_runs`), every data set named the catalog's or declared
+    (:func:`check_dataset_names`), every method's settings resolvable, the graph smaller
     than a batch (the protocol's and every k of the kNN sweep), ``seeds_together: true``
     only where the seeds share a job and every method can train them together, the kNN
     sweep's methods among the config's, and the ablation's and the variants study's
@@ -98,6 +129,7 @@ def check_workflow_config(config: Mapping[str, Any]) -> dict[str, dict[str, dict
     otherwise returns each study's runs, as checked."""
     studies = config["experiments"]
     runs = workflow_study_runs(config)
+    check_dataset_names(config, runs)
     protocol = config["protocol"]
     _check_fits_batch("protocol.graph.n_neighbors", [protocol["graph"]["n_neighbors"]], protocol["batch_size"])
     _check_fits_batch("experiments.knn.n_neighbors", studies["knn"]["n_neighbors"], protocol["batch_size"])

@@ -33,6 +33,14 @@ def check_common(args: argparse.Namespace) -> None:
     ``runs:/`` model)."""
     check_seed(args.seed)
     check_seed(args.data_seed, "--data-seed")
+    if hasattr(args, "test_data"):  # a command that takes a data set: a catalog name or one's own
+        from basis.catalog.data_sources import command_line_source
+
+        flags = ("label_column", "test_data", "test_fraction", "test_seed", "image_size", "n_components")
+        options = {"--" + flag.replace("_", "-"): getattr(args, flag) for flag in flags}
+        args.dataset, args.source = command_line_source(args.dataset, args.data, options)
+        if args.test_seed is not None:
+            check_seed(args.test_seed, "--test-seed")
     declare_inputs(command_inputs(args))
     if getattr(args, "track", None) is not None:
         check_experiment_name(args.track)
@@ -82,6 +90,8 @@ def command_inputs(args: argparse.Namespace) -> dict[str, str | list | None]:
         "--siamese": getattr(args, "siamese", None),
         "--model": None if model is None or "://" in model or ":/" in model else model,  # not an MLflow URI
         "--input": getattr(args, "input", None),
+        "--data": None if args.command == "bench" else getattr(args, "data", None),  # bench's names its data
+        "--test-data": getattr(args, "test_data", None),
         "--data-root": None if args.command == "download" else getattr(args, "data_root", None),
     }
     logs = getattr(args, "track", None) is not None or args.command == "tracking"

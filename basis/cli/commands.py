@@ -49,7 +49,15 @@ def cmd_embed(args: argparse.Namespace) -> int:
     from basis.tracking.serving import load_embedding
 
     check_output(args.out, folder=False, suffix=".npy")
-    inputs = load_points(args.input, images=bool(args.siamese))
+    if args.data is None:
+        inputs = load_points(args.input, images=bool(args.siamese))
+    else:  # one's own table or image folder
+        from basis.data.own_sets import load_points_of
+
+        if Path(args.data).is_dir() != bool(args.siamese):
+            what = "an image folder: embed its images with --siamese" if args.siamese is None else "a table of points"
+            raise InputError(f"--data {args.data} is {what}" + ("" if args.siamese is None else ", not of images"))
+        inputs = load_points_of(args.data, args.label_column, args.image_size)
     from basis.runtime.device import resolve_device
 
     device = str(resolve_device(args.device))
@@ -78,7 +86,7 @@ def cmd_download(args: argparse.Namespace) -> int:
 
     if args.out:
         check_output(args.out, folder=False, suffix=".json")
-    data = load_dataset(args.dataset, seed=args.data_seed, root=args.data_root, download=True)
+    data = load_dataset(args.dataset, seed=args.data_seed, root=args.data_root, download=True, source=args.source)
     summary = {
         "dataset": args.dataset,
         "n_train": len(data.X_train),
@@ -86,6 +94,15 @@ def cmd_download(args: argparse.Namespace) -> int:
         "shape": list(data.X_train.shape[1:]),
         "n_classes": data.n_classes,
     } | ({"standin": True} if data.standin else {})
+    if args.source is not None:  # what it was read from, and a hash of its contents
+        from basis.data.own_sets import content_hash
+
+        summary |= {
+            "kind": "images" if args.source.is_images else "table",
+            "source": args.source.declaration(),  # what `study --declaration` reads back
+            "content_hash": content_hash(args.source),
+            "classes": data.classes,
+        }
     if args.out:
         write_json(args.out, summary)
     print_result(summary, args.json)
@@ -98,13 +115,14 @@ def cmd_reference(args: argparse.Namespace) -> int:
     settings = resolve_settings("basis", assignments=args.set, dataset=args.dataset)
     check_output(args.out, folder=False, suffix=".npz")
     from basis.data import load_inputs
-    from basis.references import save_reference
+    from basis.references import check_graph_size, save_reference
     from basis.runtime.device import resolve_device
 
     mark_startup()
     device = str(resolve_device(args.device))
     with timed("load"):
-        data = load_inputs(args.dataset, args.features, seed=args.data_seed, root=args.data_root)
+        data = load_inputs(args.dataset, args.features, seed=args.data_seed, root=args.data_root, source=args.source)
+    check_graph_size(data, settings)
     tags = {"dataset": args.dataset, "neighbors": settings["graph"].get("neighbors", "exact")}
     with maybe_tracked(args, f"{args.dataset}-reference", tags) as run:
         if run:
@@ -153,10 +171,10 @@ def cmd_features(args: argparse.Namespace) -> int:
         check_output(args.checkpoint, folder=False, name="--checkpoint", suffix=".pt")
     mark_startup()
     with timed("load"):
-        data = load_dataset(args.dataset, seed=args.data_seed, root=args.data_root)
+        data = load_dataset(args.dataset, seed=args.data_seed, root=args.data_root, source=args.source)
     if not data.is_image:
         raise InputError(
-            f"data set {args.dataset!r} has no images; Siamese features need one of the image sets or digits"
+            f"data set {args.dataset!r} has no images; Siamese features need an image set, digits or an image folder"
         )
     tags = {"dataset": args.dataset, "seed": str(args.seed)} | ({"data": "standin"} if data.standin else {})
     with maybe_tracked(args, f"{args.dataset}-features-seed{args.seed}", tags) as run:
@@ -207,15 +225,49 @@ def cmd_study(args: argparse.Namespace) -> int:
 
     options = _options(args.set, study_parameters(args.name), f"study {args.name!r}")
     runs = _study_runs(args, options)
+    declared = _declared_sources(args.declaration)
     for run_options, folder in runs.values():
-        check_study_settings(args.name, run_options)
+        check_study_settings(args.name, {k: v for k, v in run_options.items() if k != "data_source"})
         check_output(folder, folder=True)
+        _take_source(args.name, run_options, declared)
     from basis.runtime.device import resolve_device  # imports torch: after the checks that need none
 
     resolve_device(args.device)
     outputs = {dataset: _study_run(args, run_options, folder) for dataset, (run_options, folder) in runs.items()}
     print_result(outputs[None] if args.datasets is None else {"datasets": outputs}, args.json)
     return 0
+
+
+def _declared_sources(paths: list[str]) -> dict:
+    """The data sets of one's own that ``--declaration`` files (``download``'s summaries) declare."""
+    from basis.catalog.data_sources import data_source
+    from basis.runtime.outputs import read_metrics
+
+    sources = {}
+    for path in paths:
+        summary = read_metrics(path)
+        if not isinstance(summary.get("source"), dict) or not isinstance(summary.get("dataset"), str):
+            raise InputError(
+                f"--declaration {path} declares no data set of one's own (python -m basis download --data)"
+            )
+        sources[summary["dataset"]] = data_source(summary["dataset"], summary["source"], where=f"--declaration {path}")
+    return sources
+
+
+def _take_source(study: str, options: dict, declared: dict) -> None:
+    """A run's data set of one's own into its options (``data_source``), or a refusal."""
+    from basis.catalog import DATASETS, study_parameters
+
+    dataset = options.get("dataset")
+    if dataset is None or dataset in DATASETS:
+        return
+    if dataset not in declared:
+        raise InputError(f"data set {dataset!r} is not in the catalog; declare it with --declaration (its summary)")
+    if "data_source" not in study_parameters(study, include_common=True):
+        raise InputError(f"study {study!r} reads the catalog's data sets only, not {dataset!r}")
+    if not declared[dataset].has_labels():
+        raise InputError(f"data set {dataset} has no labels; study {study!r} draws its anchors and scores per class")
+    options["data_source"] = declared[dataset]
 
 
 def _study_runs(args: argparse.Namespace, options: dict) -> dict[str | None, tuple[dict, str]]:
@@ -244,6 +296,7 @@ def _study_run(args: argparse.Namespace, options: dict, out: str) -> dict:
 
     study = study_function(args.name)
     accepted = study_parameters(args.name, include_common=True)
+    source = options.pop("data_source", None)
     common = {"seed": args.seed, "data_seed": args.data_seed, "device": args.device, "data_root": args.data_root}
     options = {**options, **{k: v for k, v in common.items() if k in accepted}}
     tags = {"study": args.name, "seed": str(args.seed)}
@@ -251,9 +304,11 @@ def _study_run(args: argparse.Namespace, options: dict, out: str) -> dict:
         tags.update(run=options["dataset"], variant=f"{args.name}-{options['dataset']}")
     with maybe_tracked(args, f"{args.name}-seed{args.seed}", tags) as run:
         if run:
-            run.log_params({"study": args.name, **options})
+            run.log_params({"study": args.name, **options, **({"data": source.path} if source else {})})
             if "callback" in accepted:
                 options["callback"] = run.log_step
+        if source is not None:
+            options["data_source"] = source
         mark_startup()
         start = time.perf_counter()
         with timed("study"):

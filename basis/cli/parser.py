@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from basis.catalog import DATASETS, SPARSE_SOLVERS, STEP_DATA, method_names
+from basis.catalog import DATASETS, SPARSE_SOLVERS, STEP_DATA, TEST_FRACTION, method_names
 from basis.catalog.workflow_config import ablation_variants
 from basis.cli.commands import (
     WARMUP_STEPS,
@@ -31,10 +31,34 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
 
 
+def add_dataset_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--dataset``: a catalog name, or with ``--data`` the name of a data set of one's own
+    (:mod:`basis.catalog.data_sources`), with the options that declare it."""
+    parser.add_argument(
+        "--dataset",
+        metavar="NAME",
+        help=f"one of {', '.join(DATASETS)}; or, with --data, the name of yours (default: the path's stem)",
+    )
+    own = parser.add_argument_group("a data set of one's own (instead of a catalog name)")
+    own.add_argument(
+        "--data",
+        metavar="FOLDER_OR_TABLE",
+        help="an image folder (one sub-folder per class) or a .npy/.npz/.csv/.parquet table",
+    )
+    own.add_argument("--label-column", help="the labels' column of a CSV or Parquet table (none: unlabelled)")
+    own.add_argument("--test-data", metavar="FOLDER_OR_TABLE", help="the test split, in the layout of --data")
+    own.add_argument(
+        "--test-fraction", type=float, help=f"the share of --data held out for testing (default {TEST_FRACTION})"
+    )
+    own.add_argument("--test-seed", type=int, help="the seed of that split (default: --data-seed)")
+    own.add_argument("--image-size", type=int, nargs=2, metavar=("HEIGHT", "WIDTH"), help="resize every image to this")
+    own.add_argument("--n-components", type=int, help="the embedding's dimension (needed without labels)")
+
+
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``run``."""
     parser.add_argument("--method", required=True, choices=method_names())
-    parser.add_argument("--dataset", required=True, choices=DATASETS)
+    add_dataset_arguments(parser)
     parser.add_argument("--features", help="a .npz from 'basis features' to use as input instead of the raw data")
     parser.add_argument(
         "--set",
@@ -80,20 +104,26 @@ def add_embed_arguments(parser: argparse.ArgumentParser) -> None:
         required=True,
         help="a model.pt checkpoint or an MLflow model URI (runs:/<run id>/<run name>, models:/<model id>)",
     )
-    parser.add_argument("--input", required=True, help=".npy of points (or of images, with --siamese)")
+    points = parser.add_mutually_exclusive_group(required=True)
+    points.add_argument("--input", help=".npy of points (or of images, with --siamese)")
+    points.add_argument(
+        "--data", metavar="FOLDER_OR_TABLE", help="the points of a feature table or an image folder (with --siamese)"
+    )
+    parser.add_argument("--label-column", help="the labels' column of a --data table, left out of the points")
+    parser.add_argument("--image-size", type=int, nargs=2, metavar=("HEIGHT", "WIDTH"), help="resize --data's images")
     parser.add_argument("--out", required=True, help=".npy to write the embedding to")
     parser.add_argument("--siamese", help="a Siamese network checkpoint that turns images into the model's input")
 
 
 def add_download_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``download``."""
-    parser.add_argument("--dataset", required=True, choices=DATASETS)
+    add_dataset_arguments(parser)
     parser.add_argument("--out", help="JSON summary to write once the data is in place")
 
 
 def add_reference_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``reference``."""
-    parser.add_argument("--dataset", required=True, choices=DATASETS)
+    add_dataset_arguments(parser)
     parser.add_argument("--features", help="a .npz from 'basis features' to use as input instead of the raw data")
     parser.add_argument(
         "--set",
@@ -114,7 +144,7 @@ def add_reference_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_features_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``features``."""
-    parser.add_argument("--dataset", required=True, choices=DATASETS)
+    add_dataset_arguments(parser)
     parser.add_argument("--out", required=True, help="output .npz")
     parser.add_argument("--checkpoint", help="where to save the network's weights")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
@@ -130,8 +160,15 @@ def add_study_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--datasets",
         nargs="+",
-        choices=DATASETS,
+        metavar="DATASET",
         help="run a per-data-set study on each of these in turn, each its own folder and MLflow run",
+    )
+    parser.add_argument(
+        "--declaration",
+        action="append",
+        default=[],
+        metavar="SUMMARY",
+        help="a data set of one's own, as 'download --data ... --out SUMMARY' declared it (repeat for several)",
     )
 
 

@@ -4,12 +4,14 @@ and write, score and log every seed on its own."""
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
 
+from basis.catalog.data_sources import UNLABELLED_UNAVAILABLE
 from basis.cli.commands import maybe_tracked, print_result
 from basis.errors import InputError
 from basis.runtime.inputs import check_output, check_seed
@@ -93,7 +95,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         for folder in filter(None, folders):
             check_output(folder, folder=True)
     from basis.data import load_inputs
-    from basis.experiment import check_method
+    from basis.experiment import check_method, unlabelled_settings
     from basis.references import load_reference
     from basis.runtime.device import resolve_device
 
@@ -101,9 +103,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     device = str(resolve_device(args.device))  # resolved once: logged as used
     # Loaded once for every seed and variant: the data, its features and the reference.
     with timed("load"):
-        data = load_inputs(args.dataset, args.features, seed=args.data_seed, root=args.data_root)
+        data = load_inputs(args.dataset, args.features, seed=args.data_seed, root=args.data_root, source=args.source)
+        for variant, (settings, *rest) in variants.items():
+            settings, why = unlabelled_settings(data, settings)
+            variants[variant] = (settings, *rest)
+        if why:
+            print(f"note: {why}", file=sys.stderr)
         first = next(iter(variants.values()))[0]
-        n_components = first["n_components"] or data.n_classes
+        n_components = first["n_components"] or data.n_components
         stored = None if args.reference is None else load_reference(args.reference, first, n_components, data.X_test)
         # what depends on the data, before a run opens
         checked = {variant: check_method(args.method, data, settings) for variant, (settings, *_) in variants.items()}
@@ -213,13 +220,20 @@ def _log_inputs(run, args, seed: int, settings: dict, device: str, data) -> str 
             "threads": args.threads,
             "features": args.features or "raw",
             **settings,
-            "n_components": settings["n_components"] or data.n_classes,
+            "n_components": settings["n_components"] or data.n_components,
         }
     )
     from basis.references import fingerprint
 
     source = args.features or f"{args.dataset} (data seed {args.data_seed}, {args.data_root})"
     digest = fingerprint(data.X_train)
+    if args.source is not None:  # one's own data: named by its files, identified by their contents
+        from basis.data.own_sets import content_hash
+
+        source, digest = (
+            args.source.path + (f" (through {args.features})" if args.features else ""),
+            content_hash(args.source),
+        )
     run.log_dataset(args.dataset, digest, source, data.X_train, data.y_train)
     return digest
 
@@ -230,16 +244,21 @@ def _seed_outputs(args, out: str | None, settings: dict, data, result, run_name:
     n_iter = settings.get("n_iter", 1)
     scores = {k: v for k, v in result.metrics.items() if k != "train_seconds"}
     output = {**scores, "train_seconds": result.metrics["train_seconds"], "device": str(result.estimator.device_)}
+    # the measures that need labels, and why they are missing
+    unavailable = {} if data.labelled else {"not_available": UNLABELLED_UNAVAILABLE}
     if out:
         folder = Path(out)
         folder.mkdir(parents=True, exist_ok=True)
         with timed("outputs"):
             result.estimator.save(folder / "model.pt")
             with atomic_path(folder / "embedding.npz") as partial:
-                np.savez(partial, test=result.test_embedding, reference=result.reference_embedding, labels=data.y_test)
+                labels = {} if data.y_test is None else {"labels": data.y_test}
+                np.savez(partial, test=result.test_embedding, reference=result.reference_embedding, **labels)
             # Scores only: the same seed gives the same file (timings go to MLflow and stdout).
-            write_json(folder / "metrics.json", scores)
+            write_json(folder / "metrics.json", scores | unavailable)
     if run:
+        if unavailable:
+            run.set_tags({f"not_available.{measure}": why for measure, why in unavailable["not_available"].items()})
         final_step = n_iter - 1  # the model takes the curves' values of the last step
         if out:
             for name in ("metrics.json", "embedding.npz", "model.pt"):

@@ -8,9 +8,9 @@ scikit-learn's bundled 8x8 digits, so the whole pipeline runs offline.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,9 @@ from basis.catalog import (  # noqa: F401 (the names, re-exported)
     IMAGE_SHAPES,
     TEST_FRACTION,
 )
+from basis.catalog.data_sources import DataSource
 from basis.data import rendered_bunny, standins, toy_sets
+from basis.data.dataset import Dataset  # noqa: F401 (re-exported)
 from basis.errors import InputError
 from basis.runtime.inputs import MAX_FEATURE_MAGNITUDE, check_path_length, file_md5
 
@@ -34,35 +36,6 @@ DEFAULT_ROOT = Path("resources/data")
 
 class DatasetUnavailableError(InputError):
     """An image data set is neither on disk nor downloadable."""
-
-
-@dataclass
-class Dataset:
-    """Train/test split of one data set.
-
-    ``X_*`` are float32 arrays: images (n, c, h, w) for image sets, points (n, d)
-    otherwise. ``y_*`` are class labels, or rotation angles for ``bunny``. ``standin``:
-    synthetic images in the set's shapes (:mod:`basis.data.standins`), not the set.
-    """
-
-    name: str
-    X_train: np.ndarray
-    y_train: np.ndarray
-    X_test: np.ndarray
-    y_test: np.ndarray
-    standin: bool = False
-
-    @property
-    def n_classes(self) -> int:
-        return int(len(np.unique(self.y_train)))
-
-    @property
-    def is_image(self) -> bool:
-        return self.X_train.ndim == 4
-
-    def flat(self) -> tuple[np.ndarray, np.ndarray]:
-        """Train and test inputs as (n, d) feature matrices."""
-        return self.X_train.reshape(len(self.X_train), -1), self.X_test.reshape(len(self.X_test), -1)
 
 
 # -- image sets through torchvision ---------------------------------------------------------
@@ -268,9 +241,22 @@ def load_bunny(
 
 
 def load_dataset(
-    name: str, *, root: str | Path = DEFAULT_ROOT, seed: int = 0, download: bool = True, **options: Any
+    name: str,
+    *,
+    root: str | Path = DEFAULT_ROOT,
+    seed: int = 0,
+    download: bool = True,
+    source: DataSource | None = None,
+    **options: Any,
 ) -> Dataset:
-    """Load any registered data set by name; ``options`` go to its loader."""
+    """Load any registered data set by name, or the data set of one's own that ``source``
+    declares (:mod:`basis.data.own_sets`); ``options`` go to its loader."""
+    if source is not None:
+        from basis.data.own_sets import load_source
+
+        if source.name != name:
+            raise InputError(f"--data {source.path} is declared as {source.name!r}, not {name!r}")
+        return load_source(source, seed)
     if name not in DATASETS:
         raise InputError(f"unknown data set {name!r}; valid: {list(DATASETS)}")
     if name in IMAGE_SETS:
@@ -331,10 +317,15 @@ def _check_feature_arrays(features: str | Path, data: dict[str, np.ndarray]) -> 
 
 
 def load_inputs(
-    dataset: str, features: str | Path | None = None, seed: int = 0, root: str | Path = "resources/data"
+    dataset: str,
+    features: str | Path | None = None,
+    seed: int = 0,
+    root: str | Path = "resources/data",
+    source: DataSource | None = None,
 ) -> Dataset:
     """A data set's flat features: a features ``.npz`` (from ``basis features``), checked
-    to belong to ``dataset`` and its split (``seed``), or the raw set."""
+    to belong to ``dataset`` and its split (``seed``), or the raw set (the catalog's, or
+    the one ``source`` declares)."""
     if features is not None:
         data = load_npz(features, ("X_train", "y_train", "X_test", "y_test", "dataset", "data_seed"), "features file")
         _check_feature_arrays(features, data)
@@ -360,7 +351,11 @@ def load_inputs(
                 f"features file {features}: X_train has {data['X_train'].shape[1]} features and X_test"
                 f" {data['X_test'].shape[1]}; both splits must come from one feature network"
             )
-        return Dataset(dataset, data["X_train"], data["y_train"], data["X_test"], data["y_test"])
-    data = load_dataset(dataset, seed=seed, root=root)
+        # Siamese features of one's own images keep the declaration's dimension
+        declared = None if source is None else source.n_components
+        return Dataset(
+            dataset, data["X_train"], data["y_train"], data["X_test"], data["y_test"], declared_components=declared
+        )
+    data = load_dataset(dataset, seed=seed, root=root, source=source)
     X_train, X_test = data.flat()
-    return Dataset(dataset, X_train, data.y_train, X_test, data.y_test)
+    return dataclasses.replace(data, X_train=X_train, X_test=X_test)

@@ -17,11 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
+from basis.catalog.data_sources import TABLE_SUFFIXES
 from basis.errors import InputError
 from basis.runtime.inputs import MAX_FEATURE_MAGNITUDE
 
-#: The table formats, by suffix.
-TABLE_SUFFIXES = (".npy", ".npz", ".csv", ".parquet")
 #: Rows checked at a time, so that a memory-mapped table is never read whole for its checks.
 CHECK_ROWS = 65_536
 
@@ -80,6 +79,11 @@ def encode_labels(path: Path, labels: np.ndarray) -> tuple[np.ndarray, tuple[str
     if labels.ndim != 1:
         raise InputError(f"labels of {path} have shape {labels.shape}; expected one label per point")
     if labels.dtype.kind in "iu":
+        if len(labels) and labels.min() >= 0 and labels.max() < 4 * len(labels):  # a table's lookup: linear in n
+            present = np.flatnonzero(np.bincount(labels))
+            lookup = np.zeros(int(labels.max()) + 1, dtype=np.int64)
+            lookup[present] = np.arange(len(present))
+            return lookup[labels], None
         _, codes = np.unique(labels, return_inverse=True)
         return codes.astype(np.int64), None
     if labels.dtype.kind in "UO" and all(isinstance(value, str) for value in labels.tolist()):
@@ -133,12 +137,13 @@ def _from_columns(path: Path, frame, label_column: str | None) -> FeatureTable:
     return FeatureTable(X.astype(np.float32), codes, names)
 
 
-def load_feature_table(path: str | Path, label_column: str | None = None) -> FeatureTable:
+def load_feature_table(path: str | Path, label_column: str | None = None, memory_map: bool = True) -> FeatureTable:
     """The table at ``path`` checked and loaded (see the module's docs for the formats).
 
     ``label_column`` names the labels' column of a CSV or Parquet table (None: unlabelled);
     an ``.npz`` holds its labels as ``y``. A ``.npy`` table stays memory-mapped when it is
-    float32 already, so that a large one is read once, by what uses it."""
+    float32 already (unless ``memory_map`` is false), so that a large one is read once, by
+    what uses it."""
     resolved = check_regular_file(path)
     suffix = resolved.suffix.lower()
     if suffix not in TABLE_SUFFIXES:
@@ -151,7 +156,7 @@ def load_feature_table(path: str | Path, label_column: str | None = None) -> Fea
         raise InputError(f"feature table {path}: label_column is for CSV and Parquet; an .npz holds its labels as y")
     try:
         if suffix == ".npy":
-            X, y = np.load(resolved, mmap_mode="r", allow_pickle=False), None
+            X, y = np.load(resolved, mmap_mode="r" if memory_map else None, allow_pickle=False), None
         else:
             with np.load(resolved, allow_pickle=False) as archive:
                 if "X" not in archive.files:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from basis.catalog.data_sources import DataSource
 from basis.errors import InputError
 from basis.studies import ClaimRow, Figure, Study, StudyResult
 from basis.studies.figures import load_study, plt, save_figure
@@ -53,6 +54,7 @@ def alignment_error(
     seed: int = 0,
     data_seed: int = 0,
     data_root: str = "resources/data",
+    data_source: DataSource | None = None,
     device: str = "auto",
     callback: Callable | None = None,
 ) -> StudyResult:
@@ -84,6 +86,7 @@ def alignment_error(
         protocol=protocol,
         data_seed=data_seed,
         data_root=data_root,
+        data_source=data_source,
     )
     if "anchor_indices" in options:  # the toy sets' hand-placed anchors
         anchors = np.asarray(options["anchor_indices"])

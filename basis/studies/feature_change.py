@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from basis.catalog.data_sources import DataSource
 from basis.errors import InputError
 from basis.studies import ClaimRow, Figure, Study, StudyResult
 from basis.studies.figures import CLUSTER_COLOURS, load_study, plt, save_figure
@@ -22,6 +23,7 @@ def feature_change(
     classes: list[int] | None = None,
     n_components: int | None = None,
     data_root: str = "resources/data",
+    data_source: DataSource | None = None,
     data_seed: int = 0,
     seed: int = 0,
     device: str = "auto",
@@ -35,9 +37,11 @@ def feature_change(
     from basis.changing_features import FeatureChangeTrainer, centre_aspect, snapshot_arrays, summarize
     from basis.data import load_dataset
 
-    data = load_dataset(dataset, seed=data_seed, root=data_root)
+    data = load_dataset(dataset, seed=data_seed, root=data_root, source=data_source)
     if not data.is_image:
-        raise InputError(f"data set {dataset!r} has no images; feature change needs an image set or digits")
+        raise InputError(
+            f"data set {dataset!r} has no images; feature change needs an image set, digits or an image folder"
+        )
     X_train, y_train, X_test, y_test = data.X_train, data.y_train, data.X_test, data.y_test
     if classes:
         missing = sorted(set(classes) - set(np.unique(y_train).tolist()))

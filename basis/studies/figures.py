@@ -78,12 +78,13 @@ def knn_sensitivity(summary: pd.DataFrame, out: str | Path) -> None:
     save_figure(fig, out)
 
 
-def embedding_picture(embedding: np.ndarray, labels: np.ndarray, title: str, out: str | Path) -> None:
+def embedding_picture(embedding: np.ndarray, labels: np.ndarray | None, title: str, out: str | Path) -> None:
     """A small PNG of a run's test embedding: its first two coordinates, coloured by class
-    (the picture an MLflow run of Table 1 carries beside its scores)."""
+    (the picture an MLflow run of Table 1 carries beside its scores); one colour without labels."""
     fig, ax = plt.subplots(figsize=(3.2, 3.2))
     second = embedding[:, 1] if embedding.shape[1] > 1 else np.zeros(len(embedding))
-    ax.scatter(embedding[:, 0], second, c=CLUSTER_COLOURS(np.asarray(labels) % 10), s=3, linewidths=0)
+    codes = np.zeros(len(embedding), dtype=int) if labels is None else np.asarray(labels) % 10
+    ax.scatter(embedding[:, 0], second, c=CLUSTER_COLOURS(codes), s=3, linewidths=0)
     ax.set_title(title, fontsize=8)
     ax.set_xticks([])
     ax.set_yticks([])

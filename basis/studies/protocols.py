@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from basis.catalog import FEATURE_SETS, TOY_BATCH_SIZE, TOY_SETS
+from basis.catalog.data_sources import DataSource
 from basis.catalog.settings import EVALUATION_KEYS, resolve_settings
 from basis.data import Dataset, load_dataset, load_inputs
 from basis.data.toy_sets import TOY_GRAPH, three_moons_anchors
@@ -44,11 +45,20 @@ def toy_protocol(
 
 
 def feature_protocol(
-    dataset: str, features_dir: str | None, protocol: dict | None, data_seed: int, data_root: str
+    dataset: str,
+    features_dir: str | None,
+    protocol: dict | None,
+    data_seed: int,
+    data_root: str,
+    data_source: DataSource | None = None,
 ) -> tuple[Dataset, dict[str, Any], dict[str, Any]]:
-    """Table 1's protocol on a feature set's Siamese features (raw inputs without ``features_dir``)."""
-    features = None if features_dir is None else Path(features_dir) / f"{dataset}.npz"
-    data = load_inputs(dataset, features, seed=data_seed, root=data_root)
+    """Table 1's protocol on a feature set's Siamese features (raw inputs without
+    ``features_dir``, or a table of one's own: ``data_source``); its labels are needed."""
+    image_set = dataset in FEATURE_SETS or (data_source is not None and data_source.is_images)
+    features = None if features_dir is None or not image_set else Path(features_dir) / f"{dataset}.npz"
+    data = load_inputs(dataset, features, seed=data_seed, root=data_root, source=data_source)
+    if not data.labelled:
+        raise InputError(f"data set {dataset} has no labels; this study draws its anchors and scores per class")
     settings = resolve_settings("basis", overrides=protocol or {}, dataset=dataset)
     options = {k: v for k, v in settings.items() if k not in EVALUATION_KEYS}
     return data, options, settings
@@ -62,14 +72,17 @@ def study_protocol(
     protocol: dict | None,
     data_seed: int,
     data_root: str,
+    data_source: DataSource | None = None,
 ) -> tuple[Dataset, dict[str, Any], dict[str, Any], int]:
     """The protocol ``dataset`` follows (toy sets: :func:`toy_protocol` with ``n_samples``
-    nodes; feature sets: :func:`feature_protocol`) and its number of eigenvectors K
-    (classes - 1 without the trivial vector, classes with it)."""
+    nodes; feature sets and data sets of one's own, ``data_source``: :func:`feature_protocol`)
+    and its number of eigenvectors K (classes - 1 without the trivial vector, classes with it)."""
     if dataset in TOY_SETS:
         data, options, graph_settings = toy_protocol(dataset, n_samples, data_seed)
         return data, options, graph_settings, max(1, data.n_classes - 1)
-    if dataset in FEATURE_SETS:
-        data, options, graph_settings = feature_protocol(dataset, features_dir, protocol, data_seed, data_root)
-        return data, options, graph_settings, data.n_classes
+    if dataset in FEATURE_SETS or data_source is not None:
+        data, options, graph_settings = feature_protocol(
+            dataset, features_dir, protocol, data_seed, data_root, data_source
+        )
+        return data, options, graph_settings, data.n_components
     raise InputError(f"data set {dataset!r} has no BASiS protocol here; valid: {[*TOY_SETS, *FEATURE_SETS]}")

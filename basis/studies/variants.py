@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from basis.catalog.data_sources import DataSource
 from basis.errors import InputError
 from basis.studies import ClaimRow, Figure, Study, StudyResult
 from basis.studies.figures import load_study, plt, save_figure
@@ -52,6 +53,7 @@ def basis_variants(
     data_seed: int = 0,
     device: str = "auto",
     data_root: str = "resources/data",
+    data_source: DataSource | None = None,
     callback: Callable | None = None,
 ) -> StudyResult:
     """The paper's BASiS and each of ``variants`` (default: all of :data:`VARIANTS`) on
@@ -81,6 +83,7 @@ def basis_variants(
         protocol=protocol,
         data_seed=data_seed,
         data_root=data_root,
+        data_source=data_source,
     )
     options["n_iter"] = n_iter
     reference = analytic_embedding(data.X_test, graph_settings, n_components)

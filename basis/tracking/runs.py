@@ -107,6 +107,12 @@ class TrackedRun:
         self.client.log_batch(self.run_id, metrics=metrics)
 
     @timed_calls("tracking")
+    def set_tags(self, tags: dict[str, str]) -> None:
+        """Tags beside the workflow's (e.g. why a measure is not available)."""
+        for key, value in tags.items():
+            self.client.set_tag(self.run_id, key, value)
+
+    @timed_calls("tracking")
     def set_description(self, text: str) -> None:
         """The run's description in the MLflow UI (its note)."""
         self.client.set_tag(self.run_id, "mlflow.note.content", text)
@@ -114,7 +120,8 @@ class TrackedRun:
     @timed_calls("tracking")
     def log_dataset(self, name: str, digest: str, source: str, features, targets, context: str = "training") -> None:
         """The data set a run used, as an MLflow input (the UI's Datasets column and drawer):
-        where it comes from, and the dtype and shape of its ``features`` and ``targets``."""
+        where it comes from, and the dtype and shape of its ``features`` and ``targets`` (None:
+        unlabelled)."""
         from mlflow.entities import Dataset, DatasetInput, InputTag
 
         def tensor(array) -> str:
@@ -126,8 +133,20 @@ class TrackedRun:
             digest=digest,
             source_type="local",
             source=json.dumps({"uri": source}),
-            schema=json.dumps({"mlflow_tensorspec": {"features": tensor(features), "targets": tensor(targets)}}),
-            profile=json.dumps({"features_shape": list(features.shape), "targets_shape": list(targets.shape)}),
+            schema=json.dumps(
+                {
+                    "mlflow_tensorspec": {
+                        "features": tensor(features),
+                        **({} if targets is None else {"targets": tensor(targets)}),
+                    }
+                }
+            ),
+            profile=json.dumps(
+                {
+                    "features_shape": list(features.shape),
+                    "targets_shape": None if targets is None else list(targets.shape),
+                }
+            ),
         )
         # The first run to log a data set creates its record: concurrent jobs take turns.
         with store_lock(self.store):

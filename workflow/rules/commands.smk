@@ -16,9 +16,15 @@ def set_options(assignments):
     return [item for assignment in assignments for item in ("--set", assignment)]
 
 
-def data_options():
-    """Where the data sets lie and the seed of their splits."""
-    return ["--data-root", config["data_root"], "--data-seed", config["data_seed"]]
+def data_options(dataset):
+    """Where the data sets lie and the seed of their splits, and a data set of one's own
+    declared (:func:`source_options`)."""
+    return ["--data-root", config["data_root"], "--data-seed", config["data_seed"], *source_options(dataset)]
+
+
+def source_options(dataset):
+    """The declaration of a data set of one's own (--data and the rest); none for the catalog's."""
+    return DATA_SOURCES[dataset].arguments() if dataset in DATA_SOURCES else []
 
 
 def features_option(input):
@@ -46,7 +52,7 @@ def reference_command(wildcards, input, output, overrides=()):
         output[0],
         "--track",
         EXPERIMENTS["references"],
-        *data_options(),
+        *data_options(wildcards.dataset),
         *features_option(input),
         *set_options(settings),
     ]
@@ -83,7 +89,7 @@ def run_command(method, wildcards, input, folder, experiment, settings, n_seeds)
         wildcards.dataset,
         *seed_arguments(wildcards, folder, n_seeds),
         *together_arguments(),
-        *data_options(),
+        *data_options(wildcards.dataset),
         "--track",
         experiment,
         *(["--parent", PARENTS[stage].format(dataset=wildcards.dataset)] if stage in PARENTS else []),
@@ -138,9 +144,16 @@ def study_command(name):
             "--data-seed",
             config["data_seed"],
             *set_options(assignments(settings)),
+            *declaration_options(STUDY_RUNS[name][run].get("dataset") for run in runs),
         ]
 
     return command
+
+
+def declaration_options(datasets):
+    """--declaration for each data set of one's own among ``datasets``: its download summary."""
+    own = [dataset for dataset in datasets if dataset in DATA_SOURCES]
+    return [item for dataset in own for item in ("--declaration", f"results/data/{dataset}.json")]
 
 
 def ablation_command(wildcards, input, output):

@@ -17,6 +17,7 @@ from basis.catalog import (
     method_names,
     study_names,
 )
+from basis.catalog.data_sources import data_sources
 from basis.catalog.workflow_config import check_workflow_config
 from basis.catalog.settings import check_config_schema, check_yaml_file
 from basis.errors import InputError
@@ -46,6 +47,7 @@ try:
         )
         raise
     STUDY_RUNS = check_workflow_config(config)  # each study's runs, as checked
+    DATA_SOURCES = data_sources(config)  # the data sets of one's own (checked above), by name
     check_results_store()
 except InputError as err:
     refuse(str(err))
@@ -57,7 +59,7 @@ TRACKING_FLAG = str(TRACKING_FLAG)
 
 
 wildcard_constraints:
-    dataset="|".join(DATASETS),
+    dataset="|".join([*DATASETS, *DATA_SOURCES]),
     method="|".join(method_names()),
     seed=r"\d+",
     k=r"\d+",
@@ -128,10 +130,19 @@ localrules:
 
 
 def feature_input(wildcards):
-    """Image sets are embedded through Siamese features; others are used raw."""
-    if wildcards.dataset in FEATURE_SETS:
+    """Image sets (and image folders of one's own) are embedded through Siamese features;
+    others are used raw."""
+    own = DATA_SOURCES.get(wildcards.dataset)
+    if wildcards.dataset in FEATURE_SETS or (own is not None and own.is_images):
         return f"results/features/{wildcards.dataset}.npz"
     return []
+
+
+def source_files(wildcards):
+    """The files a data set of one's own is read from (none for the catalog's): an edit
+    of one reruns what depends on that data set, and nothing else."""
+    own = DATA_SOURCES.get(wildcards.dataset)
+    return [] if own is None else own.files()
 
 
 # A run rule's job trains one seed ({seed} in its paths), or with seeds_in_one_job every

@@ -1,4 +1,6 @@
 rule download:
+    input:
+        source_files,
     output:
         update("results/data/{dataset}.json"),
     log:
@@ -18,6 +20,7 @@ rule download:
             output[0],
             "--data-seed",
             config["data_seed"],
+            *source_options(wildcards.dataset),
         ],
         tags=[],
     script:

@@ -33,6 +33,7 @@ rule siamese_features:
             EXPERIMENTS["features"],
             "--data-seed",
             config["data_seed"],
+            *source_options(wildcards.dataset),
         ],
         tags=lambda wildcards: run_tags(
             wildcards, "siamese_features", section={"features": config["features"], "data_seed": config["data_seed"]}

@@ -144,6 +144,7 @@ rule comparison:
     input:
         flag=TRACKING_FLAG,
         table1="results/paper/table1.csv",
+        runs=rules.table1.input.metrics,
         knn="results/paper/knn_sensitivity.csv",
         ablation="results/paper/ablation.csv",
         studies=[f"results/{study_folder(name, run)}/metrics.json" for name, runs in STUDY_RUNS.items() for run in runs],

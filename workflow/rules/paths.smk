@@ -68,17 +68,19 @@ def study_outputs(name):
 
 
 def study_inputs(name):
-    """A study run waits for the tracking set-up, for the image set it embeds and, given a
-    ``features_dir``, for that set's Siamese features."""
+    """A study run waits for the tracking set-up, for the image set (or data set of one's
+    own) it reads and, given a ``features_dir``, for that image set's Siamese features."""
 
     def inputs(wildcards):
         data, features = [], []
         for run in study_job_runs(name, wildcards):
             settings = STUDY_RUNS[name][run]
             dataset = settings.get("dataset")
-            data += [f"results/data/{dataset}.json"] if dataset in FEATURE_SETS else []
+            own = DATA_SOURCES.get(dataset)
+            data += [f"results/data/{dataset}.json"] if dataset in FEATURE_SETS or own is not None else []
             # a run given a features folder embeds the data set's Siamese features from there
-            if dataset in FEATURE_SETS and settings.get("features_dir"):
+            image_set = dataset in FEATURE_SETS or (own is not None and own.is_images)
+            if image_set and settings.get("features_dir"):
                 features.append(f"{settings['features_dir']}/{dataset}.npz")
         return {"flag": TRACKING_FLAG, "data": data, "features": features}
 

@@ -11,22 +11,25 @@ smk = snakemake  # noqa: F821 (injected by Snakemake)
 # The library comes from this checkout, whatever environment runs the job.
 sys.path.insert(0, str(Path(smk.scriptdir).parents[1]))
 
-from basis.paper import markdown_to_html, summarize, table_latex, table_markdown
+from basis.paper import markdown_to_html, not_available, summarize, table_latex, table_markdown
 from basis.runtime.jobs import job_log
 from basis.runtime.outputs import read_metrics, write_text
 from basis.studies.figures import embedding_picture
 from basis.tracking import client, ensure_experiments, summarise_seeds, tracked_run
 
 with job_log(smk.log[0], smk.output):
-    rows, folders = [], {}
+    rows, folders, metrics = [], {}, []
     for path in map(Path, smk.input.metrics):
         dataset, method, seed = path.parts[-4], path.parts[-3], path.parts[-2]
-        rows.append({"dataset": dataset, "method": method, "seed": seed, **read_metrics(path)})
+        metrics.append((dataset, read_metrics(path)))
+        scores = {k: v for k, v in metrics[-1][1].items() if k != "not_available"}
+        rows.append({"dataset": dataset, "method": method, "seed": seed, **scores})
         folders[dataset, method, seed] = path.parent
     summary = summarize(pd.DataFrame(rows))
+    table = table_markdown(summary, not_available(metrics))
     write_text(smk.output.csv, summary.to_csv())
-    write_text(smk.output.markdown, table_markdown(summary))
-    write_text(smk.output.html, markdown_to_html(table_markdown(summary)))
+    write_text(smk.output.markdown, table)
+    write_text(smk.output.html, markdown_to_html(table))
     write_text(smk.output.tex, table_latex(summary))
     # Table 1 in the MLflow UI: a parent run per data set and method over its seeds, and
     # each seed's embedding as a picture
@@ -40,7 +43,8 @@ with job_log(smk.log[0], smk.output):
             folder = folders[dataset, method, f"seed{seed_run.data.tags['seed']}"]
             with np.load(folder / "embedding.npz") as embedding, tempfile.TemporaryDirectory() as pictures:
                 picture = Path(pictures) / "embedding.png"
-                embedding_picture(embedding["test"], embedding["labels"], seed_run.info.run_name, picture)
+                labels = embedding["labels"] if "labels" in embedding.files else None  # unlabelled: none
+                embedding_picture(embedding["test"], labels, seed_run.info.run_name, picture)
                 mlflow_client.log_artifact(seed_run.info.run_id, str(picture))
     tags = dict(tag.split("=", 1) for tag in smk.params.tags)
     with tracked_run(smk.params.experiment, "table1", tags) as run:
