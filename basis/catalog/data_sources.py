@@ -126,7 +126,7 @@ class DataSource:
         return {key: value for key, value in declared.items() if value is not None}
 
 
-def _check_path(path: str, where: str, table_only: bool = False) -> None:
+def _check_path(path: str, where: str) -> None:
     """A path that exists and is a folder (images) or has a table's suffix."""
     candidate = Path(path)
     try:
@@ -137,8 +137,6 @@ def _check_path(path: str, where: str, table_only: bool = False) -> None:
         loop = candidate.is_symlink()
         raise InputError(f"{where} {path}: {'its symbolic links form a loop' if loop else 'does not exist'}")
     if candidate.is_dir():
-        if table_only:
-            raise InputError(f"{where} {path} is a folder; a feature table's test split is a table too")
         return
     if candidate.suffix.lower() not in TABLE_SUFFIXES:
         raise InputError(f"{where} {path}: neither an image folder nor a feature table ({', '.join(TABLE_SUFFIXES)})")
