@@ -28,8 +28,11 @@ test: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -n auto --maxprocesses 4 --dist loadfile --no-loadscope-reorder
 
 # The cluster path on a live single-node SLURM cluster on localhost (root: it installs and
-# starts munge, MariaDB and SLURM's daemons, and tears them down afterwards).
+# starts munge, MariaDB and SLURM's daemons, and tears them down afterwards), and tracking as
+# a cluster runs it: an MLflow server on PostgreSQL (installed and started the same way; its
+# driver and the basic-auth app are the `server` extra).
 test-cluster: $(STAMP)
+	$(VENV)/bin/pip install --quiet -e ".[server]"
 	$(VENV)/bin/python -m pytest -q -m cluster tests/cluster
 
 # The edit-test loop: everything but the end-to-end workflow and the long training runs.

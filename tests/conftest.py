@@ -22,7 +22,7 @@ def copy_workflow(folder: Path, names: tuple[str, ...] = WORKFLOW_FILES) -> Path
     """A copy of the checkout's ``names`` in ``folder`` (made if missing), without caches
     or Snakemake state, for a test to run Snakemake in."""
     folder.mkdir(parents=True, exist_ok=True)
-    ignore = shutil.ignore_patterns(".state", "__pycache__", ".snakemake")
+    ignore = shutil.ignore_patterns(".state", ".tracking", "__pycache__", ".snakemake")
     for name in names:
         source = ROOT / name
         if source.is_dir():

@@ -145,7 +145,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         import traceback
 
-        traceback.print_exc()
+        from basis.runtime.inputs import redacted_text
+
+        print(redacted_text(traceback.format_exc()), end="", file=sys.stderr)
         print(
             "error: the traceback above is a bug in basis, not a problem with your input; please report it",
             file=sys.stderr,

@@ -155,9 +155,29 @@ def cmd_tracking(args: argparse.Namespace) -> int:
         if found is None:
             raise InputError(f"--experiment {experiment} is not in the store {args.store}; run the workflow first")
         print(tracking.table1_url(args.ui, found.experiment_id))
+    elif args.action == "replay":
+        print_result({"replayed": _replay(args.store)}, args.json)
     else:
         print_result({"closed": tracking.close_stale_runs(store=args.store)}, args.json)
     return 0
+
+
+def _replay(store: str) -> dict[str, int]:
+    """The kept writes of the runs a server could not take, sent (basis.tracking.pending)."""
+    from basis.runtime.inputs import redacted_uri
+    from basis.tracking import tracking_uri
+    from basis.tracking.pending import reason, replay, server_unreachable
+    from basis.tracking.runs import WRITES
+
+    try:
+        return replay(WRITES, store)
+    except Exception as err:
+        if not server_unreachable(err):
+            raise
+        raise InputError(
+            f"the tracking server {redacted_uri(tracking_uri(store))} still cannot be reached ({reason(err)});"
+            " replay again once it is back (what was sent stays sent)"
+        ) from None
 
 
 def cmd_features(args: argparse.Namespace) -> int:

@@ -236,7 +236,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_tracking_action_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``tracking``."""
-    parser.add_argument("action", choices=["setup", "close-stale", "url"])
+    parser.add_argument("action", choices=["setup", "close-stale", "url", "replay"])
     parser.add_argument(
         "--experiment", action="append", default=[], help="experiment to create (setup), or to show (url: basis-runs)"
     )
@@ -275,7 +275,8 @@ COMMANDS = {
     ),
     "bench": ("speed benchmarks (print figures)", add_bench_arguments, cmd_bench),
     "tracking": (
-        "MLflow store upkeep: create experiments, close runs of killed jobs, print the UI's Table 1 view",
+        "MLflow store upkeep: create experiments, close runs of killed jobs, print the UI's Table 1 view,"
+        " log the runs a server could not take",
         add_tracking_action_arguments,
         cmd_tracking,
     ),

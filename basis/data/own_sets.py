@@ -69,17 +69,20 @@ def split_rows(n: int, n_test: int, y: np.ndarray | None, seed: int) -> tuple[np
     stratified by ``y`` (codes 0..C-1): each class gives its share, rounded by largest
     remainder, from its points in a random order. Linear in n, as a large table needs."""
     order = np.random.default_rng(seed).permutation(n)
+    held_out = np.zeros(n, dtype=bool)  # marks, not a sort, give both ascending
     if y is None:
-        return np.sort(order[n_test:]), np.sort(order[:n_test])
-    grouped = order[np.argsort(y[order], kind="stable")]  # class by class, each in random order
+        held_out[order[:n_test]] = True
+        return np.flatnonzero(~held_out), np.flatnonzero(held_out)
+    codes = y.astype(np.min_scalar_type(max(int(y.max()), 0)))  # small codes sort by radix
+    grouped = order[np.argsort(codes[order], kind="stable")]  # class by class, each in random order
     counts = np.bincount(y)
     share = counts * n_test / n
     take = np.floor(share).astype(np.int64)
     take[np.argsort(take - share, kind="stable")[: n_test - take.sum()]] += 1
     take = np.minimum(take, counts - 1)  # every class keeps a training point
     rank = np.arange(n) - np.repeat(np.cumsum(counts) - counts, counts)  # place within its class
-    held_out = rank < np.repeat(take, counts)
-    return np.sort(grouped[~held_out]), np.sort(grouped[held_out])
+    held_out[grouped[rank < np.repeat(take, counts)]] = True
+    return np.flatnonzero(~held_out), np.flatnonzero(held_out)
 
 
 def _keep_rows(X: np.ndarray, rows: np.ndarray) -> np.ndarray:

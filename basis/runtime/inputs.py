@@ -357,6 +357,19 @@ def redacted_uri(uri: str) -> str:
     return parts._replace(netloc=parts.netloc.rsplit("@", 1)[-1], query=urlencode(query, safe="*")).geturl()
 
 
+def redacted_text(text: str) -> str:
+    """``text`` (a message, a traceback) without the credentials it might carry: those of any
+    address in it (:func:`redacted_uri`'s rule) and the values of the variables that hold
+    MLflow's password and token."""
+    import re
+
+    text = re.sub(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/@\s'\"]+@", r"\1", text)
+    for name in ("MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN"):
+        if len(os.environ.get(name, "")) >= 4:  # a short value would hide ordinary text
+            text = text.replace(os.environ[name], "***")
+    return text
+
+
 def check_tracking_uri(uri: str, *, reach: bool = True) -> None:
     """An ``MLFLOW_TRACKING_URI`` that can be used: a server (http, https) that accepts a
     connection within :data:`SERVER_TIMEOUT_S` (asked only with ``reach``: the workflow's
@@ -383,6 +396,7 @@ def check_tracking_uri(uri: str, *, reach: bool = True) -> None:
             raise InputError(
                 f"MLFLOW_TRACKING_URI {shown}: no tracking server answers there ({err}); start it or unset the variable"
             ) from None
+        _check_credentials(uri, shown)
     elif scheme == "sqlite":
         # sqlite:///name.db is relative to the folder a command starts in (each job its own
         # store); sqlite:////folder/name.db is the absolute path /folder/name.db.
@@ -404,6 +418,39 @@ def check_tracking_uri(uri: str, *, reach: bool = True) -> None:
             raise InputError(f"MLFLOW_TRACKING_URI {shown} is a file; a file store is a folder")
     else:
         raise InputError(f"MLFLOW_TRACKING_URI {shown} is not a tracking store URI; {expected}")
+
+
+def _check_credentials(uri: str, shown: str) -> None:
+    """Refuse a server that turns the client's credentials away (MLflow's basic-auth app):
+    none given, or a wrong user or password, as MLflow would send them (``user:password@``
+    in the address, ``MLFLOW_TRACKING_USERNAME``/``_PASSWORD``, ``MLFLOW_TRACKING_TOKEN``).
+    One read of the experiments list; an answer other than 401/403 is left to the run."""
+    import requests
+
+    headers, auth = {}, None
+    if os.environ.get("MLFLOW_TRACKING_TOKEN"):
+        headers["Authorization"] = f"Bearer {os.environ['MLFLOW_TRACKING_TOKEN']}"
+    elif os.environ.get("MLFLOW_TRACKING_USERNAME"):
+        auth = (os.environ["MLFLOW_TRACKING_USERNAME"], os.environ.get("MLFLOW_TRACKING_PASSWORD", ""))
+    try:  # requests takes user:password@ from the address itself
+        answer = requests.get(
+            f"{uri.rstrip('/')}/api/2.0/mlflow/experiments/search",
+            params={"max_results": 1},
+            headers=headers,
+            auth=auth,
+            timeout=SERVER_TIMEOUT_S,
+        )
+    except requests.RequestException:
+        return  # it accepted the connection; a run's own calls retry and say what fails
+    given = bool(headers or auth or "@" in uri.split("//", 1)[-1].split("/", 1)[0])
+    if answer.status_code == 401:
+        what = "refused the user and password given" if given else "asks for a user and password"
+        raise InputError(
+            f"MLFLOW_TRACKING_URI {shown} {what} (HTTP 401);"
+            " set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN)"
+        )
+    if answer.status_code == 403:
+        raise InputError(f"MLFLOW_TRACKING_URI {shown}: the user given may not read its experiments (HTTP 403)")
 
 
 #: MLflow keeps an experiment's name in a column of 500 characters; names stay well inside.

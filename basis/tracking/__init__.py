@@ -5,7 +5,9 @@
 - :mod:`~basis.tracking.runs`: a job's run (:func:`tracked_run`) and the parents that group
   seeds and sweeps;
 - :mod:`~basis.tracking.views`: each stage's experiment and the UI's Table 1 view;
-- :mod:`~basis.tracking.serving`: a fitted estimator as an MLflow model.
+- :mod:`~basis.tracking.serving`: a fitted estimator as an MLflow model;
+- :mod:`~basis.tracking.pending`: a run's writes kept while its server cannot be reached,
+  and their replay.
 
 Importing this package imports neither MLflow nor torch: the workflow reads it at parse time.
 """

@@ -12,6 +12,8 @@ import getpass
 import json
 import logging
 import os
+import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -21,12 +23,12 @@ from typing import Any
 from basis.errors import Terminated
 from basis.runtime.stopping import on_stop, once
 from basis.runtime.timing import timed, timed_calls
+from basis.tracking.pending import PLACEHOLDER, STORE_WRITES, Journal, pending_runs, reason, server_unreachable
 from basis.tracking.store import (
     DEFAULT_STORE,
     client,
     git_commit,
     read_local_store,
-    scoped_tracking_uri,
     search_all,
     store_lock,
 )
@@ -48,31 +50,52 @@ def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
 
 
 class TrackedRun:
-    """One MLflow run: params, per-step metrics (buffered), final metrics, artifacts."""
+    """One MLflow run: params, per-step metrics (buffered), final metrics, artifacts. On a
+    server that cannot be reached, the writes are kept for later (:mod:`basis.tracking.pending`)."""
 
     def __init__(self, mlflow_client, run_id: str, store: str | Path = DEFAULT_STORE):
         self.client = mlflow_client
         self.run_id = run_id
         self.store = store
         self._pending: list = []
+        self.journal: Journal | None = None  #: set once a write could not reach the server
+        self.unreachable: BaseException | None = None
+        self.on_unreachable = lambda: None
+
+    def _write(self, write: str, *arguments: Any, files: tuple[int, ...] = ()) -> Any:
+        """One write to the store, or kept for later once the server could not take one."""
+        # A second try on a new connection where the first one dropped (a server closes idle
+        # connections, and MLflow's retries resend no POST that was cut off); not for a model,
+        # which a repeated call would log twice.
+        tries = 1 if write == "log_model" else 2
+        while self.journal is None and tries:
+            tries -= 1
+            try:
+                return WRITES[write](self.client, self.run_id, {}, *arguments)
+            except Exception as err:
+                if self.client.tracking_uri.startswith("sqlite:") or not server_unreachable(err):
+                    raise
+                if not tries:
+                    self.journal, self.unreachable = Journal(self.store, self.run_id), err
+                    self.on_unreachable()
+        self.journal.keep(write, *arguments, files=files)
+        return PLACEHOLDER + arguments[3] if write == "log_model" else None
 
     @timed_calls("tracking")
     def log_params(self, params: dict[str, Any]) -> None:
-        from mlflow.entities import Param
-
         flat: dict[str, str] = {}
         _flatten("", params, flat)
-        items = [Param(k, v[:6000]) for k, v in sorted(flat.items())]
+        items = [(k, v[:6000]) for k, v in sorted(flat.items())]
         for start in range(0, len(items), 100):
-            self.client.log_batch(self.run_id, params=items[start : start + 100])
+            self._write("log_batch", [], items[start : start + 100])
 
     def log_step(self, step: int, values: dict[str, float]) -> None:
         """Buffer one step's metrics; written in batches to keep the store fast."""
-        from mlflow.entities import Metric
-
         stamp = int(time.time() * 1000)
         self._pending += [
-            Metric(metric_name(k, per_step=True), shown_value(v), stamp, step) for k, v in values.items() if v == v
+            (metric_name(k, per_step=True), shown_value(v), stamp, step, None, None, None)
+            for k, v in values.items()
+            if v == v
         ]
         if len(self._pending) >= FLUSH_EVERY_POINTS:
             self.flush()
@@ -80,7 +103,7 @@ class TrackedRun:
     @timed_calls("tracking")
     def flush(self) -> None:
         for start in range(0, len(self._pending), 1000):
-            self.client.log_batch(self.run_id, metrics=self._pending[start : start + 1000])
+            self._write("log_batch", self._pending[start : start + 1000], [])
         self._pending = []
 
     @timed_calls("tracking")
@@ -97,43 +120,38 @@ class TrackedRun:
         MLflow's charts show them as bars, one per run; a later step makes them lines. With
         ``model_id`` they are the logged model's metrics too, measured on ``dataset`` (name,
         digest), which the model's page links."""
-        from mlflow.entities import Metric
-
         stamp = int(time.time() * 1000)
         name, digest = dataset or (None, None)
-        metrics = [
-            Metric(metric_name(k), shown_value(v), stamp, step, model_id, name, digest) for k, v in values.items()
-        ]
-        self.client.log_batch(self.run_id, metrics=metrics)
+        metrics = [(metric_name(k), shown_value(v), stamp, step, model_id, name, digest) for k, v in values.items()]
+        self._write("log_batch", metrics, [])
 
     @timed_calls("tracking")
     def set_tags(self, tags: dict[str, str]) -> None:
         """Tags beside the workflow's (e.g. why a measure is not available)."""
         for key, value in tags.items():
-            self.client.set_tag(self.run_id, key, value)
+            self._write("set_tag", key, value)
 
     @timed_calls("tracking")
     def set_description(self, text: str) -> None:
         """The run's description in the MLflow UI (its note)."""
-        self.client.set_tag(self.run_id, "mlflow.note.content", text)
+        self._write("set_tag", "mlflow.note.content", text)
 
     @timed_calls("tracking")
     def log_dataset(self, name: str, digest: str, source: str, features, targets, context: str = "training") -> None:
         """The data set a run used, as an MLflow input (the UI's Datasets column and drawer):
         where it comes from, and the dtype and shape of its ``features`` and ``targets`` (None:
         unlabelled)."""
-        from mlflow.entities import Dataset, DatasetInput, InputTag
 
         def tensor(array) -> str:
             spec = {"dtype": str(array.dtype), "shape": [-1, *array.shape[1:]]}
             return json.dumps([{"type": "tensor", "tensor-spec": spec}])
 
-        dataset = Dataset(
-            name=name,
-            digest=digest,
-            source_type="local",
-            source=json.dumps({"uri": source}),
-            schema=json.dumps(
+        dataset = {
+            "name": name,
+            "digest": digest,
+            "source_type": "local",
+            "source": json.dumps({"uri": source}),
+            "schema": json.dumps(
                 {
                     "mlflow_tensorspec": {
                         "features": tensor(features),
@@ -141,22 +159,20 @@ class TrackedRun:
                     }
                 }
             ),
-            profile=json.dumps(
+            "profile": json.dumps(
                 {
                     "features_shape": list(features.shape),
                     "targets_shape": None if targets is None else list(targets.shape),
                 }
             ),
-        )
+        }
         # The first run to log a data set creates its record: concurrent jobs take turns.
         with store_lock(self.store):
-            self.client.log_inputs(
-                self.run_id, datasets=[DatasetInput(dataset, [InputTag("mlflow.data.context", context)])]
-            )
+            self._write("log_inputs", dataset, context)
 
     @timed_calls("tracking")
     def log_artifact(self, path: str | Path, folder: str | None = None) -> None:
-        self.client.log_artifact(self.run_id, str(path), folder)
+        self._write("log_artifact", str(path), folder, files=(0,))
 
     @timed_calls("tracking")
     def log_embedding_model(
@@ -165,12 +181,20 @@ class TrackedRun:
         """The fitted estimator saved at ``checkpoint`` as this run's MLflow model ``name``:
         its prediction is the estimator's ``transform`` (see :mod:`basis.tracking.serving`); it takes
         the run's metrics of ``step``, so the buffered steps are written first. Returns the
-        model's id."""
-        from basis.tracking.serving import log_embedding_model
+        model's id (a placeholder while the server cannot be reached)."""
+        import numpy as np
 
         self.flush()
-        with scoped_tracking_uri(self.client.tracking_uri):
-            return log_embedding_model(self.run_id, checkpoint, input_example, description, name=name, step=step)
+        with tempfile.TemporaryDirectory() as folder:
+            example = Path(folder) / "input_example.npy"
+            np.save(example, np.asarray(input_example))
+            return self._write("log_model", str(checkpoint), str(example), description, name, step, files=(0, 1))
+
+    def set_terminated(self, status: str) -> None:
+        self._write("set_terminated", status)
+
+    def supersede_older(self, experiment_id: str, tags: dict[str, str]) -> None:
+        self._write("supersede", experiment_id, tags)
 
 
 def process_tags() -> dict[str, str]:
@@ -310,9 +334,10 @@ def tracked_run(
     tracked = TrackedRun(mlflow_client, run.info.run_id, store)
     # Closed as KILLED once, by the main thread's unwinding or by the stop's watcher when the
     # main thread is stuck in a long call (basis.runtime.stopping), whichever comes first.
-    close_killed = once(lambda: mlflow_client.set_terminated(run.info.run_id, "KILLED"))
+    close_killed = once(lambda: tracked.set_terminated("KILLED"))
     forget = on_stop(close_killed)
     monitor = _SystemMonitor()
+    tracked.on_unreachable = monitor.abandon
     try:
         with timed("tracking"):
             monitor.start(mlflow_client, run.info.run_id)
@@ -330,7 +355,7 @@ def tracked_run(
         # Each step on its own: where the store itself cannot be written (a full disk), the
         # run stays RUNNING and the next invocation's close-stale closes it, and the error
         # the user sees is the one that ended the job.
-        for step in (tracked.flush, monitor.finish, lambda: mlflow_client.set_terminated(run.info.run_id, "FAILED")):
+        for step in (tracked.flush, monitor.finish, lambda: tracked.set_terminated("FAILED")):
             with suppress(Exception):
                 step()
         raise
@@ -338,8 +363,18 @@ def tracked_run(
         forget()
     with timed("tracking"):
         monitor.finish()
-        mlflow_client.set_terminated(run.info.run_id, "FINISHED")
-        supersede_older(mlflow_client, run.info.experiment_id, all_tags, run.info.run_id)
+        tracked.set_terminated("FINISHED")
+        tracked.supersede_older(run.info.experiment_id, all_tags)
+    if tracked.journal is not None:
+        from basis.runtime.inputs import redacted_uri
+
+        print(
+            f"warning: results written, but run {run.info.run_id} ({run_name}) is not fully logged: the tracking"
+            f" server {redacted_uri(mlflow_client.tracking_uri)} could not be reached ({reason(tracked.unreachable)});"
+            " its writes are"
+            f" kept in {tracked.journal.folder}: once the server is back, python -m basis tracking replay",
+            file=sys.stderr,
+        )
 
 
 class _SystemMonitor:
@@ -352,12 +387,22 @@ class _SystemMonitor:
     def start(self, mlflow_client, run_id: str) -> None:
         from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
+        # Its lines are not the job's: it starts, it stops, and it warns when the server is gone
+        # (which the job says itself, once).
+        logging.getLogger("mlflow.system_metrics").setLevel(logging.ERROR)
         self._monitor = SystemMetricsMonitor(run_id, sampling_interval=1, tracking_uri=mlflow_client.tracking_uri)
         self._monitor.start()
 
     def finish(self) -> None:
         if self._monitor is not None:
             self._monitor.finish()
+
+    def abandon(self) -> None:
+        """Stop without a last write (the server cannot be reached): its thread ends at its
+        next look at the run."""
+        if self._monitor is not None:
+            self._monitor._shutdown_event.set()
+            self._monitor = None
 
 
 def _open_run(experiment: str, run_name: str, tags: dict[str, str], store: str | Path, parent: str | None):
@@ -410,6 +455,13 @@ def supersede_older(mlflow_client, experiment_id: str, tags: dict[str, str], new
     return [r.info.run_id for r in older]
 
 
+#: A run's writes (:mod:`basis.tracking.pending`): the store's own, and marking older runs superseded.
+WRITES = {
+    **STORE_WRITES,
+    "supersede": lambda store, run_id, models, experiment_id, tags: supersede_older(store, experiment_id, tags, run_id),
+}
+
+
 def close_stale_runs(
     store: str | Path = DEFAULT_STORE, key: dict[str, str] | None = None, experiment_ids: list[str] | None = None
 ) -> int:
@@ -429,7 +481,10 @@ def close_stale_runs(
     if not experiment_ids:
         return 0
     running = search_all(mlflow_client, experiment_ids, "attributes.status = 'RUNNING'")
-    stale = [r for r in running if _matches(r, key or {}) and process_is_gone(r.data.tags)]
+    kept = set(pending_runs(store))  # their writes wait for a replay (basis.tracking.pending)
+    stale = [
+        r for r in running if _matches(r, key or {}) and process_is_gone(r.data.tags) and r.info.run_id not in kept
+    ]
     for run in stale:
         mlflow_client.set_terminated(run.info.run_id, "KILLED")
         mlflow_client.set_tag(run.info.run_id, "closed_by", "close_stale_runs")

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from basis.errors import InputError
 
@@ -47,6 +49,10 @@ def client(store: str | Path = DEFAULT_STORE):
         # A server that accepts the connection but never answers ends a call after this
         # long (MLflow's default waits 120 s per try, over 7 tries); its retries stay.
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(HTTP_TIMEOUT_S))
+        # Each retry's warning would be a line in the job's log; a call that fails in the end says why.
+        logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
+        if "@" in urlsplit(uri).netloc:  # MLflow prints each run's address, user and password included
+            os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
         return MlflowClient(tracking_uri=uri)
     with store_lock(store):
         return MlflowClient(tracking_uri=uri)  # creates or migrates the database

@@ -15,6 +15,8 @@
 # whose pid files it wrote and removes only its own configuration. Needs root.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=tests/cluster/daemons.sh
+source "$here/daemons.sh"
 STATE=${CLUSTER_STATE:-$here/.state}
 PACKAGES=(slurm-wlm slurmdbd slurm-client munge mariadb-server)
 DB_PORT=${CLUSTER_DB_PORT:-13306}
@@ -104,20 +106,6 @@ StorageUser=root
 StorageLoc=slurm_acct_db
 EOF
     chmod 600 "$CONF/slurmdbd.conf"
-}
-
-wait_for() {  # wait_for SECONDS DESCRIPTION COMMAND...
-    local limit=$1 what=$2
-    shift 2
-    local waited=0
-    until "$@" > /dev/null 2>&1; do
-        sleep 1
-        waited=$((waited + 1))
-        if [ "$waited" -ge "$limit" ]; then
-            say "timed out after ${limit} s waiting for $what"
-            return 1
-        fi
-    done
 }
 
 start_munge() {

@@ -1,0 +1,462 @@
+"""Tracking as a cluster runs it: `mlflow server` on PostgreSQL with proxied artifacts
+(`tracking_server.sh`), against the default SQLite store: the same runs, locally and through
+`profiles/slurm`; concurrent jobs; the server and the database restarted mid-run.
+
+Marked ``cluster``: `make test-cluster` runs it (as root; `.ci/run` does), `make test` does
+not. The tests run in order; the server and the cluster are torn down at the end, whatever
+happens.
+"""
+
+import http.server
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import HANG_GUARD_S, copy_workflow, snakemake_env
+from stores import differences, snapshot
+from test_slurm_cluster import FAST_STATUS, NO_GPUS, cluster  # noqa: F401  (the fixture, for the SLURM part)
+
+pytestmark = pytest.mark.cluster
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = Path(__file__).with_name("tracking_server.sh")
+TINY = "tests/configs/tiny.yaml"
+#: Two of Table 1's runs and what they need: the features, the reference, the data summary.
+TARGETS = ["results/runs/digits/basis/seed0/metrics.json", "results/runs/digits/specnet1/seed0/metrics.json"]
+RERUN = TARGETS[0]
+
+
+def _script(*action: str) -> str:
+    done = subprocess.run(["bash", str(SCRIPT), *action], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def _addresses() -> dict[str, str]:
+    """The servers' addresses and the basic-auth admin's password file (the script's `env`)."""
+    return dict(line.split("=", 1) for line in _script("env").split())
+
+
+@pytest.fixture(scope="module")
+def server():
+    if os.geteuid() != 0:
+        pytest.fail("the tracking server tests start PostgreSQL as its own user and need root (make test-cluster)")
+    try:
+        _script("up")
+        yield _addresses()["MLFLOW_TRACKING_URI"]
+    finally:
+        subprocess.run(["bash", str(SCRIPT), "down"], capture_output=True, text=True, timeout=300)
+
+
+def _env(folder: Path, uri: str | None = None, **extra: str) -> dict[str, str]:
+    env = snakemake_env(folder, **extra)
+    if uri:
+        env["MLFLOW_TRACKING_URI"] = uri
+    return env
+
+
+def _snakemake(folder: Path, env: dict[str, str], *args: str, profile: bool = False) -> None:
+    where = ["--profile", "profiles/slurm", *NO_GPUS, *FAST_STATUS] if profile else ["--cores", "2"]
+    # targets first: --configfile and --forcerun take every value after them
+    command = [sys.executable, "-m", "snakemake", *TARGETS, *where, *args, "--configfile", "config.yaml"]
+    done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert done.returncode == 0, done.stderr[-4000:]
+
+
+def _workflow(folder: Path, prefix: str) -> Path:
+    """A copy of the checkout whose config is the tiny one logging to experiments ``prefix-*``."""
+    copy_workflow(folder)
+    config = yaml.safe_load((folder / TINY).read_text())
+    config["tracking"]["experiment_prefix"] = prefix
+    (folder / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    return folder
+
+
+def _client(uri_or_folder: str | Path):
+    from mlflow.tracking import MlflowClient
+
+    if isinstance(uri_or_folder, Path):
+        return MlflowClient(f"sqlite:///{uri_or_folder / 'results/mlflow/mlflow.db'}")
+    return MlflowClient(uri_or_folder)
+
+
+def _stages(found: dict, prefix: str) -> dict:
+    """A snapshot keyed by stage (the experiment's name without its prefix)."""
+    return {name.removeprefix(f"{prefix}-"): value for name, value in found.items()}
+
+
+@pytest.fixture(scope="module")
+def workflows(server, cluster, tmp_path_factory):  # noqa: F811
+    """The same targets run three ways, each job rerun once (a superseded run): into SQLite
+    locally, into the server locally, into the server through SLURM."""
+    base = tmp_path_factory.mktemp("tracking")
+    ways = {
+        "sqlite": (_workflow(base / "sqlite", "tiny"), None, False),
+        "server": (_workflow(base / "server", "tiny"), server, False),
+        "slurm": (_workflow(base / "slurm", "tinyslurm"), server, True),
+    }
+    for folder, uri, profile in ways.values():
+        env = _env(folder, uri, **(cluster if profile else {}))
+        _snakemake(folder, env, profile=profile)
+        _snakemake(folder, env, "--forcerun", RERUN, profile=profile)
+    return ways
+
+
+def test_the_server_and_its_database_listen_on_loopback_only(server):
+    listening = subprocess.run(["ss", "-ltnH"], capture_output=True, text=True, check=True).stdout
+    for port in (15000, 15432):
+        local = [line.split()[3] for line in listening.splitlines()]
+        addresses = {address.rsplit(":", 1)[0] for address in local if address.endswith(f":{port}")}
+        assert addresses == {"127.0.0.1"}, (port, addresses)
+
+
+def test_the_server_holds_the_same_runs_as_sqlite_locally_and_through_slurm(server, workflows):
+    sqlite = _stages(snapshot(_client(workflows["sqlite"][0]), "tiny"), "tiny")
+    assert set(sqlite) >= {"features", "references", "runs"}
+    runs = sqlite["runs"]["runs"]
+    assert [r["tags"].get("superseded") for r in runs["digits-basis-seed0"]] == ["true", None]
+    assert sqlite["runs"]["models"]["digits-basis-seed0"]["signature"]
+    for way, prefix in (("server", "tiny"), ("slurm", "tinyslurm")):
+        found = _stages(snapshot(_client(server), prefix), prefix)
+        assert differences(sqlite, found) == [], way
+    # the artifacts went through the server: the client has no path to them
+    run = _client(server).search_runs([_client(server).get_experiment_by_name("tiny-runs").experiment_id])[0]
+    assert run.info.artifact_uri.startswith("mlflow-artifacts:")
+
+
+def test_embed_and_the_ui_address_work_against_the_server(server, workflows, tmp_path):
+    import numpy as np
+
+    folder = workflows["server"][0]
+    mlflow_client = _client(server)
+    experiment = mlflow_client.get_experiment_by_name("tiny-runs")
+    (run,) = mlflow_client.search_runs(
+        [experiment.experiment_id], "tags.method = 'basis' and tags.superseded IS NULL", max_results=10
+    )
+    env = _env(folder, server)
+    out = tmp_path / "embedded.npy"
+    features = np.load(folder / "results/features/digits.npz")
+    np.save(tmp_path / "points.npy", features["X_test"][:50])
+    command = [sys.executable, "-m", "basis", "embed", "--model", f"runs:/{run.info.run_id}/{run.info.run_name}"]
+    done = subprocess.run(
+        [*command, "--input", str(tmp_path / "points.npy"), "--out", str(out)],
+        cwd=folder, env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    from basis.estimators import SpectralEstimator
+
+    checkpoint = SpectralEstimator.load(folder / "results/runs/digits/basis/seed0/model.pt")
+    np.testing.assert_allclose(np.load(out), checkpoint.transform(np.load(tmp_path / "points.npy")), atol=1e-5)
+    url = subprocess.run(
+        [sys.executable, "-m", "basis", "tracking", "url", "--experiment", "tiny-runs", "--ui", server],
+        cwd=folder, env=env, capture_output=True, text=True,
+    )  # fmt: skip
+    assert url.returncode == 0 and url.stdout.startswith(f"{server}/#/experiments/{experiment.experiment_id}/runs")
+
+
+def test_32_concurrent_jobs_lose_and_double_nothing_on_the_server_and_in_sqlite(server, tmp_path):
+    from benchmarks.tracking import concurrent_jobs
+
+    for uri in (server, None):
+        env = {"MLFLOW_TRACKING_URI": uri} if uri else {}
+        previous = os.environ.pop("MLFLOW_TRACKING_URI", None)
+        os.environ.update(env)
+        try:
+            figures = concurrent_jobs(32, 60, tmp_path / "store", tmp_path / "artifacts")
+        finally:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+            if previous:
+                os.environ["MLFLOW_TRACKING_URI"] = previous
+        assert figures["errors"] == [] and figures["problems"] == [], figures
+
+
+#: A call to the server that fails is given up after one retry (MLflow's default: 7, minutes).
+QUICK_RETRIES = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1"}
+
+
+def _training_job(
+    folder: Path, uri: str, name: str, n_iter: int, experiment: str = "faults", **extra: str
+) -> subprocess.Popen:
+    """`python -m basis run` on two moons, tracked on the server, one loss point a step."""
+    command = [sys.executable, "-m", "basis", "run", "--method", "basis", "--dataset", "two_moons"]
+    return subprocess.Popen(
+        [*command, "--set", f"n_iter={n_iter}", "--out", str(folder / name), "--track", experiment,
+         "--tag", f"job={name}"],
+        cwd=folder, env=_env(ROOT, uri, **extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def _running_run(uri: str, name: str, job: subprocess.Popen, experiment: str = "faults"):
+    mlflow_client = _client(uri)
+    for _ in range(HANG_GUARD_S):
+        assert job.poll() is None, job.stderr.read()[-3000:]
+        found = mlflow_client.get_experiment_by_name(experiment)
+        found = found and mlflow_client.search_runs([found.experiment_id], f"tags.job = '{name}'")
+        if found and mlflow_client.get_metric_history(found[0].info.run_id, "train/loss"):
+            return found[0]
+        time.sleep(0.5)
+    pytest.fail("the training job never logged a step")
+
+
+@pytest.mark.parametrize("fault", [("stop-server", "start-server"), ("restart-db",)])
+def test_a_run_completes_with_every_point_across_a_server_or_database_restart(server, tmp_path, fault):
+    name = fault[0]
+    job = _training_job(tmp_path, server, name, n_iter=400)
+    try:
+        run = _running_run(server, name, job)
+        for action in fault:
+            _script(action)
+            time.sleep(5)
+        _, stderr = job.communicate(timeout=HANG_GUARD_S)
+    finally:
+        job.kill()
+    assert job.returncode == 0, stderr[-3000:]
+    mlflow_client = _client(server)
+    finished = mlflow_client.get_run(run.info.run_id)
+    assert finished.info.status == "FINISHED"
+    steps = sorted(m.step for m in mlflow_client.get_metric_history(run.info.run_id, "train/loss"))
+    assert steps == list(range(400))
+    assert {a.path for a in mlflow_client.list_artifacts(run.info.run_id)} >= {"metrics.json", "embedding.npz"}
+
+
+def test_a_job_stopped_from_outside_closes_its_run_on_the_server_as_killed(server, tmp_path):
+    job = _training_job(tmp_path, server, "killed", n_iter=100_000)
+    try:
+        run = _running_run(server, "killed", job)
+        job.send_signal(signal.SIGTERM)
+        job.communicate(timeout=HANG_GUARD_S)
+    finally:
+        job.kill()
+    assert job.returncode != 0
+    assert _client(server).get_run(run.info.run_id).info.status == "KILLED"
+    assert not (tmp_path / "killed" / "metrics.json").exists()
+    print(json.dumps({"killed": run.info.run_id}))
+
+
+def _one_warning(stderr: str, uri: str) -> str:
+    """The one line of a job's log that speaks of its server (beside its usual lines)."""
+    lines = [line for line in stderr.splitlines() if uri.removeprefix("http://") in line or "Traceback" in line]
+    assert len(lines) == 1 and lines[0].startswith("warning: results written"), stderr[-3000:]
+    assert "python -m basis tracking replay" in lines[0]
+    return lines[0]
+
+
+def _replay(folder: Path, uri: str) -> subprocess.CompletedProcess:
+    """The README's replay, as written, in ``folder`` (which holds results/ and, linked, the
+    checkout's .venv)."""
+    (line,) = [line for line in (ROOT / "README.md").read_text().splitlines() if "basis tracking replay" in line]
+    if not (folder / ".venv").exists():
+        (folder / ".venv").symlink_to(ROOT / ".venv")
+    return subprocess.run(["bash", "-c", line], cwd=folder, env=_env(ROOT, uri), capture_output=True, text=True)
+
+
+def _as_steady(found: dict) -> dict:
+    """A run's snapshot without what a store cannot have of a job that ran through an outage:
+    the host's measured metrics (MLflow's monitor stops with the server) and the job's tag."""
+    for run in found["runs"].values():
+        for record in run:
+            record["metrics"] = {k: v for k, v in record["metrics"].items() if not k.startswith("system/")}
+            record["tags"].pop("job")
+            record["params"] = {k: v for k, v in record["params"].items() if k != "out"}
+    return found
+
+
+def test_a_job_outliving_an_outage_writes_its_results_and_its_replay_logs_the_run_as_if_uninterrupted(server, tmp_path):
+    job = _training_job(tmp_path, server, "outage", n_iter=1000, experiment="faults-outage", **QUICK_RETRIES)
+    try:
+        run = _running_run(server, "outage", job, experiment="faults-outage")
+        _script("stop-server")
+        _, stderr = job.communicate(timeout=HANG_GUARD_S)
+    finally:
+        job.kill()
+        _script("start-server")
+    assert job.returncode == 0, stderr[-3000:]
+    assert run.info.run_id in _one_warning(stderr, server)
+    assert json.loads((tmp_path / "outage" / "metrics.json").read_text())["d_G"] >= 0
+    refused = _replay(tmp_path, "http://127.0.0.1:1")  # no server there: nothing sent, one line
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    done = _replay(tmp_path, server)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert run.info.run_id in done.stdout
+    assert not (tmp_path / "results/mlflow/pending" / run.info.run_id).exists()
+    steady = _training_job(tmp_path, server, "steady", n_iter=1000, experiment="faults-steady")
+    _, stderr = steady.communicate(timeout=HANG_GUARD_S)
+    assert steady.returncode == 0, stderr[-3000:]
+    found = snapshot(_client(server), "faults")
+    assert differences(_as_steady(found["faults-outage"]), _as_steady(found["faults-steady"])) == []
+    (outage,) = found["faults-outage"]["runs"].values()
+    assert outage[0]["status"] == "FINISHED" and len(outage[0]["metrics"]["train/loss"]) == 1000
+
+
+class _Proxy(http.server.ThreadingHTTPServer):
+    """A proxy in front of the tracking server that answers 500 to everything while ``failing``."""
+
+    failing = False
+
+    def __init__(self, target: str):
+        self.target = target.removeprefix("http://")
+        super().__init__(("127.0.0.1", 0), _Forward)
+
+
+class _Forward(http.server.BaseHTTPRequestHandler):
+    def _forward(self) -> None:
+        import http.client
+
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.server.failing:
+            self.send_response(500)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        connection = http.client.HTTPConnection(self.server.target, timeout=60)
+        skip = {"host", "content-length", "connection", "transfer-encoding"}
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in skip}
+        connection.request(self.command, self.path, body=body, headers=headers)
+        answer = connection.getresponse()
+        data = answer.read()
+        self.send_response(answer.status)
+        for key, value in answer.getheaders():
+            if key.lower() not in skip:
+                self.send_header(key, value)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _forward
+
+    def log_message(self, *args) -> None:  # the test's output is the assertions'
+        pass
+
+
+def test_a_server_answering_500s_is_outlived_like_an_outage(server, tmp_path):
+    proxy = _Proxy(server)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    uri = f"http://127.0.0.1:{proxy.server_address[1]}"
+    try:
+        job = _training_job(tmp_path, uri, "errors", n_iter=1000, **QUICK_RETRIES)
+        try:
+            run = _running_run(uri, "errors", job)
+            proxy.failing = True
+            _, stderr = job.communicate(timeout=HANG_GUARD_S)
+        finally:
+            job.kill()
+        assert job.returncode == 0, stderr[-3000:]
+        assert "500" in _one_warning(stderr, uri)
+        proxy.failing = False
+        done = _replay(tmp_path, uri)
+        assert done.returncode == 0, done.stderr[-3000:]
+    finally:
+        proxy.shutdown()
+    mlflow_client = _client(server)
+    assert mlflow_client.get_run(run.info.run_id).info.status == "FINISHED"
+    assert len(mlflow_client.get_metric_history(run.info.run_id, "train/loss")) == 1000
+
+
+def _files_holding(folder: Path, secret: str) -> list[str]:
+    return [str(p) for p in folder.rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+
+
+def test_basic_auth_refuses_at_the_door_and_no_file_written_holds_the_password(server, tmp_path):
+    lines = _addresses()
+    uri, password = lines["AUTH_TRACKING_URI"], Path(lines["AUTH_ADMIN_PASSWORD_FILE"]).read_text().strip()
+    command = [sys.executable, "-m", "basis", "run", "--method", "basis", "--dataset", "two_moons"]
+    command += ["--set", "n_iter=20", "--track", "auth"]
+    for name, extra, said in (
+        ("anonymous", {}, "asks for a user and password"),
+        ("wrong", {"MLFLOW_TRACKING_USERNAME": "admin", "MLFLOW_TRACKING_PASSWORD": "not-the-password"}, "refused"),
+    ):
+        done = subprocess.run(
+            [*command, "--out", str(tmp_path / name)], cwd=tmp_path, env=_env(ROOT, uri, **extra),
+            capture_output=True, text=True,
+        )  # fmt: skip
+        assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr[-2000:]
+        assert said in done.stderr and not (tmp_path / name).exists()
+    in_address = uri.replace("http://", f"http://admin:{password}@")
+    for name, address, extra in (
+        ("address", in_address, {}),
+        ("variables", uri, {"MLFLOW_TRACKING_USERNAME": "admin", "MLFLOW_TRACKING_PASSWORD": password}),
+    ):
+        done = subprocess.run(
+            [*command, "--out", str(tmp_path / name)], cwd=tmp_path, env=_env(ROOT, address, **extra),
+            capture_output=True, text=True,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert password not in done.stdout + done.stderr
+    # the workflow with the password in its address: no file it writes holds it
+    folder = _workflow(tmp_path / "workflow", "authed")
+    _snakemake(folder, _env(folder, in_address))
+    assert _files_holding(folder, password) == []
+    mlflow_client = _client(in_address)
+    experiment = mlflow_client.get_experiment_by_name("authed-runs")
+    for run in mlflow_client.search_runs([experiment.experiment_id]):
+        assert password not in json.dumps([run.data.params, run.data.tags])
+
+
+def test_the_readmes_server_command_serves_the_runs_as_written(server, tmp_path):
+    """The README's `mlflow server` command, as written but for its port, database address and
+    artifact folder: a tracked job's run, metrics and artifacts go through it."""
+    readme = (ROOT / "README.md").read_text()
+    (block,) = [b.split("```", 1)[0] for b in readme.split("```bash\n")[1:] if "mlflow server" in b.split("```", 1)[0]]
+    port = 15002
+    command = (
+        block.replace("--port 5000", f"--port {port}")
+        .replace("db-host:5432", "127.0.0.1:15432")
+        .replace("/shared/mlflow-artifacts", str(tmp_path / "artifacts"))
+    )
+    password = (Path(_addresses()["AUTH_ADMIN_PASSWORD_FILE"]).parent / "db_password").read_text().strip()
+    started = subprocess.Popen(
+        ["bash", "-c", command], cwd=ROOT, env={**os.environ, "MLFLOW_DB_PASSWORD": password},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        import requests
+
+        for _ in range(240):
+            try:
+                if requests.get(f"{uri}/health", timeout=2).ok:
+                    break
+            except requests.RequestException:
+                time.sleep(0.5)
+        job = _training_job(tmp_path, uri, "readme", n_iter=20, experiment="readme-server")
+        _, stderr = job.communicate(timeout=HANG_GUARD_S)
+        assert job.returncode == 0, stderr[-3000:]
+        mlflow_client = _client(uri)
+        (run,) = mlflow_client.search_runs([mlflow_client.get_experiment_by_name("readme-server").experiment_id])
+        assert run.info.status == "FINISHED" and run.info.artifact_uri.startswith("mlflow-artifacts:")
+        assert {p.name for p in (tmp_path / "artifacts").rglob("*") if p.is_file()} >= {"metrics.json", "model.pt"}
+    finally:
+        os.killpg(started.pid, signal.SIGTERM)
+        started.wait(timeout=60)
+
+
+def test_a_full_artifact_destination_is_outlived_like_an_outage(server, tmp_path):
+    """The server's artifact folder for one experiment on a file system that is full (a tmpfs
+    filled up): the job's artifacts cannot be stored, the job writes its results and says so,
+    and the replay stores them once there is room."""
+    mlflow_client = _client(server)
+    experiment_id = mlflow_client.create_experiment("faults-full")
+    state = Path(_addresses()["AUTH_ADMIN_PASSWORD_FILE"]).parent
+    full = state / "server-artifacts" / experiment_id
+    full.mkdir(parents=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(full)], check=True)
+    try:
+        subprocess.run(["dd", "if=/dev/zero", f"of={full / 'filler'}", "bs=4k"], capture_output=True)
+        job = _training_job(tmp_path, server, "full", n_iter=50, experiment="faults-full", **QUICK_RETRIES)
+        _, stderr = job.communicate(timeout=HANG_GUARD_S)
+        assert job.returncode == 0, stderr[-3000:]
+        _one_warning(stderr, server)
+        assert (tmp_path / "full" / "metrics.json").is_file()
+    finally:
+        subprocess.run(["umount", str(full)], check=True)
+    done = _replay(tmp_path, server)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run,) = mlflow_client.search_runs([experiment_id])
+    assert run.info.status == "FINISHED"
+    assert {a.path for a in mlflow_client.list_artifacts(run.info.run_id)} >= {"metrics.json", "embedding.npz"}
