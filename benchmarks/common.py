@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 #: The areas, in the order ``python -m benchmarks`` lists them.
-AREAS = ("alignment", "training", "reference", "jobs", "tracking", "studies", "peers", "device")
+AREAS = ("alignment", "training", "reference", "jobs", "studies", "peers", "device")
 ROOT = Path(__file__).resolve().parents[1]
 
 

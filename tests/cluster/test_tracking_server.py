@@ -161,7 +161,7 @@ def test_embed_and_the_ui_address_work_against_the_server(server, workflows, tmp
 
 
 def test_32_concurrent_jobs_lose_and_double_nothing_on_the_server_and_in_sqlite(server, tmp_path):
-    from benchmarks.tracking import concurrent_jobs
+    from benchmarks.jobs import concurrent_jobs
 
     for uri in (server, None):
         env = {"MLFLOW_TRACKING_URI": uri} if uri else {}
