@@ -425,6 +425,8 @@ def _check_credentials(uri: str, shown: str) -> None:
     none given, or a wrong user or password, as MLflow would send them (``user:password@``
     in the address, ``MLFLOW_TRACKING_USERNAME``/``_PASSWORD``, ``MLFLOW_TRACKING_TOKEN``).
     One read of the experiments list; an answer other than 401/403 is left to the run."""
+    from urllib.parse import urlsplit
+
     import requests
 
     headers, auth = {}, None
@@ -442,7 +444,7 @@ def _check_credentials(uri: str, shown: str) -> None:
         )
     except requests.RequestException:
         return  # it accepted the connection; a run's own calls retry and say what fails
-    given = bool(headers or auth or "@" in uri.split("//", 1)[-1].split("/", 1)[0])
+    given = bool(headers or auth or urlsplit(uri).username)
     if answer.status_code == 401:
         what = "refused the user and password given" if given else "asks for a user and password"
         raise InputError(

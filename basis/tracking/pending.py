@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from basis.tracking.store import DEFAULT_STORE, client
+from basis.tracking.store import DEFAULT_STORE, client, scoped_tracking_uri
 
 #: The folder under a store that holds the runs not yet fully logged.
 PENDING = "pending"
@@ -47,7 +47,6 @@ def _log_model(mlflow_client, run_id: str, models: dict, checkpoint: str, exampl
     import numpy as np
 
     from basis.tracking.serving import log_embedding_model
-    from basis.tracking.store import scoped_tracking_uri
 
     with scoped_tracking_uri(mlflow_client.tracking_uri):
         return log_embedding_model(run_id, checkpoint, np.load(example), description, name=name, step=step)
@@ -103,7 +102,6 @@ class Journal:
 
     def __init__(self, store: str | Path, run_id: str) -> None:
         self.folder = Path(store) / PENDING / run_id
-        self.run_id = run_id
         self._files = 0
 
     def keep(self, write: str, *arguments: Any, files: tuple[int, ...] = ()) -> None:

@@ -371,8 +371,8 @@ def tracked_run(
         print(
             f"warning: results written, but run {run.info.run_id} ({run_name}) is not fully logged: the tracking"
             f" server {redacted_uri(mlflow_client.tracking_uri)} could not be reached ({reason(tracked.unreachable)});"
-            " its writes are"
-            f" kept in {tracked.journal.folder}: once the server is back, python -m basis tracking replay",
+            f" its writes are kept in {tracked.journal.folder}:"
+            " once the server is back, python -m basis tracking replay",
             file=sys.stderr,
         )
 
