@@ -323,20 +323,33 @@ def test_a_study_takes_a_data_set_of_ones_own_by_its_download_summary(own, tmp_p
         assert words in refused(argv, tmp_path, capsys, monkeypatch)
 
 
-def test_a_split_in_place_gives_the_rows_a_copy_gives(monkeypatch):
+def test_a_split_in_place_gives_the_rows_a_copy_gives_moving_only_the_rows_that_trade_places(monkeypatch):
     from basis.data import own_sets
 
-    monkeypatch.setattr(own_sets, "SPLIT_BLOCK", 7)  # many blocks, each reading rows ahead of it
+    monkeypatch.setattr(own_sets, "SWAP_BLOCK", 7)  # many blocks of pairs
     rng = np.random.default_rng(0)
     X = rng.normal(size=(500, 3)).astype(np.float32)
-    rows = np.sort(rng.choice(500, 400, replace=False))
-    expected = X[rows].copy()
-    kept = own_sets._keep_rows(X, rows)
-    assert np.array_equal(kept, expected) and np.shares_memory(kept, X)  # no copy of the array
+    held_out = own_sets.held_out_rows(500, 100, None, seed=1)
+    out_front, in_tail = own_sets.trading_places(held_out)
+    assert len(out_front) == len(in_tail) == np.count_nonzero(held_out[:400]) > 0
+    order = np.arange(500)
+    order[out_front], order[in_tail] = in_tail, out_front
+    assert set(order[:400]) == set(np.flatnonzero(~held_out)) and set(order[400:]) == set(np.flatnonzero(held_out))
+    expected = X[order].copy()
+    read_only = X.copy()
+    read_only.flags.writeable = False
+    for given, in_place in ((X, True), (read_only, False)):
+        X_train, X_test = own_sets._split_at(given, (out_front, in_tail), 400)
+        assert np.array_equal(X_train, expected[:400]) and np.array_equal(X_test, expected[400:])
+        assert np.shares_memory(X_train, given) == np.shares_memory(X_test, given) == in_place
 
 
 def test_a_split_holds_out_each_class_share_and_keeps_a_training_point_of_each():
-    from basis.data.own_sets import split_rows
+    from basis.data.own_sets import held_out_rows
+
+    def split_rows(*args, **kwargs):
+        held_out = held_out_rows(*args, **kwargs)
+        return np.flatnonzero(~held_out), np.flatnonzero(held_out)
 
     y = np.repeat(np.arange(4), [50, 30, 18, 2])
     train, test = split_rows(100, 21, y, seed=3)

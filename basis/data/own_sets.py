@@ -22,9 +22,9 @@ from basis.data.feature_tables import load_feature_table
 from basis.data.image_folders import load_image_folder
 from basis.errors import InputError
 
-#: Bytes read at a time by the content hash, and rows moved at a time by a split.
+#: Bytes read at a time by the content hash, and row pairs a split swaps at a time.
 HASH_BLOCK = 1 << 20
-SPLIT_BLOCK = 65_536
+SWAP_BLOCK = 16_384
 
 
 def content_hash(source: DataSource) -> str:
@@ -59,20 +59,24 @@ def _split(source: DataSource, X: np.ndarray, y: np.ndarray | None, seed: int):
     if y is not None and min(np.bincount(y)) < 2:
         rare = int(np.argmin(np.bincount(y)))
         raise InputError(f"data set {source.name} ({source.path}): class {rare} has one point; a split needs two")
-    train, test = split_rows(len(X), n_test, y, source.test_seed if source.test_seed is not None else seed)
-    X_test = np.take(X, test, axis=0)
-    return _keep_rows(X, train), None if y is None else y[train], X_test, None if y is None else y[test]
+    held_out = held_out_rows(len(X), n_test, y, source.test_seed if source.test_seed is not None else seed)
+    pairs = trading_places(held_out)
+    X_train, X_test = _split_at(X, pairs, len(X) - n_test)
+    if y is None:
+        return X_train, None, X_test, None
+    y_train, y_test = _split_at(y.copy(), pairs, len(X) - n_test)
+    return X_train, y_train, X_test, y_test
 
 
-def split_rows(n: int, n_test: int, y: np.ndarray | None, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Training and test rows (each ascending) of a seeded split holding ``n_test`` out;
+def held_out_rows(n: int, n_test: int, y: np.ndarray | None, seed: int) -> np.ndarray:
+    """The marks (a boolean per row) of the ``n_test`` rows a seeded split holds out;
     stratified by ``y`` (codes 0..C-1): each class gives its share, rounded by largest
     remainder, from its points in a random order. Linear in n, as a large table needs."""
     order = np.random.default_rng(seed).permutation(n)
-    held_out = np.zeros(n, dtype=bool)  # marks, not a sort, give both ascending
+    held_out = np.zeros(n, dtype=bool)
     if y is None:
         held_out[order[:n_test]] = True
-        return np.flatnonzero(~held_out), np.flatnonzero(held_out)
+        return held_out
     codes = y.astype(np.min_scalar_type(max(int(y.max()), 0)))  # small codes sort by radix
     grouped = order[np.argsort(codes[order], kind="stable")]  # class by class, each in random order
     counts = np.bincount(y)
@@ -80,21 +84,33 @@ def split_rows(n: int, n_test: int, y: np.ndarray | None, seed: int) -> tuple[np
     take = np.floor(share).astype(np.int64)
     take[np.argsort(take - share, kind="stable")[: n_test - take.sum()]] += 1
     take = np.minimum(take, counts - 1)  # every class keeps a training point
-    rank = np.arange(n) - np.repeat(np.cumsum(counts) - counts, counts)  # place within its class
-    held_out[grouped[rank < np.repeat(take, counts)]] = True
-    return np.flatnonzero(~held_out), np.flatnonzero(held_out)
+    first_of_class = np.repeat(np.tile([True, False], len(counts)), np.column_stack([take, counts - take]).ravel())
+    held_out[grouped[first_of_class]] = True
+    return held_out
 
 
-def _keep_rows(X: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """``X[rows]`` for ascending ``rows``: in place, moved to the front block by block, where
-    ``X`` is an array of its own in memory (row i takes row rows[i] >= i, which no earlier
-    block has overwritten), else copied."""
+def trading_places(held_out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """How a split stores its rows: the training rows first, then the held-out ones. Rows
+    stay where they are but for the held-out rows among the first n - n_test, which trade
+    places, in ascending order, with the training rows beyond them: (those held-out rows,
+    those training rows). So few move (about n p (1 - p) pairs for a fraction p) that a
+    large table splits in place."""
+    n_train = len(held_out) - int(np.count_nonzero(held_out))
+    return np.flatnonzero(held_out[:n_train]), n_train + np.flatnonzero(~held_out[n_train:])
+
+
+def _split_at(X: np.ndarray, pairs: tuple[np.ndarray, np.ndarray], n_train: int) -> tuple[np.ndarray, np.ndarray]:
+    """``X``'s training rows and held-out rows after the rows of ``pairs`` trade places:
+    views of ``X`` rearranged in place where it is an array of its own in memory (a block
+    of pairs at a time, so the buffers stay small), else copies."""
+    out_front, in_tail = pairs
     if isinstance(X, np.memmap) or not X.flags.writeable or not X.flags.c_contiguous:
-        return np.asarray(X[rows])
-    for start in range(0, len(rows), SPLIT_BLOCK):
-        block = rows[start : start + SPLIT_BLOCK]
-        X[start : start + len(block)] = X[block]
-    return X[: len(rows)]
+        X = np.array(X, order="C")
+    rows = X.reshape(len(X), -1).view(np.dtype((np.void, X[0].nbytes))).ravel()  # a row moves as one item
+    for start in range(0, len(out_front), SWAP_BLOCK):
+        front, tail = out_front[start : start + SWAP_BLOCK], in_tail[start : start + SWAP_BLOCK]
+        rows[front], rows[tail] = rows[tail], rows[front]  # the right side is copied first
+    return X[:n_train], X[n_train:]
 
 
 def load_source(source: DataSource, seed: int = 0) -> Dataset:
