@@ -141,7 +141,7 @@ def table_load(args: argparse.Namespace) -> int:
     """A large feature table loaded as the workflow loads one, against a bare ``numpy.load``.
 
     Writes a ``--rows`` x ``--columns`` float32 table (clustered points) in each format, then
-    in fresh processes, the page cache warm, times ``numpy.load`` of the array (plus one pass
+    in fresh processes (best of 5), the page cache warm, times ``numpy.load`` of the array (plus one pass
     over it, as any use makes), :func:`basis.data.feature_tables.load_feature_table` (its
     checks included, plus the same pass) and :func:`basis.data.own_sets.load_source`, as the
     reference and the runs load a declared table (checked, split 80/20, its content hashed,
@@ -172,7 +172,7 @@ def table_load(args: argparse.Namespace) -> int:
         base = float("nan")
         for how in ("numpy", "table", "source") if name != "csv" else ("table", "source"):
             runs = [subprocess.run([sys.executable, "-c", ONE_LOAD, str(path), how], capture_output=True, text=True,
-                                   check=True) for _ in range(3)]  # fmt: skip
+                                   check=True) for _ in range(5)]  # fmt: skip
             best = min((json.loads(run.stdout) for run in runs), key=lambda r: r["seconds"])
             base = best["seconds"] if how == "numpy" else base
             print(
