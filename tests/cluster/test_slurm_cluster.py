@@ -3,8 +3,8 @@ single-node SLURM cluster on localhost (`slurm_cluster.sh`: munge, MariaDB, slur
 slurmctld, slurmd), against the same target run locally.
 
 Marked ``cluster``: `make test-cluster` runs it (as root; `.ci/run` does), `make test` does not.
-The tests run in order on one pair of workflow folders; the cluster is torn down at the end,
-whatever happens.
+The tests run in order on one pair of workflow folders; the cluster (tests/conftest.py's
+`cluster`, shared with test_tracking_server.py) is torn down at the end, whatever happens.
 """
 
 import json
@@ -20,7 +20,6 @@ from conftest import HANG_GUARD_S, copy_workflow, run_snakemake, snakemake_comma
 
 pytestmark = pytest.mark.cluster
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = Path(__file__).with_name("slurm_cluster.sh")
 TINY = "tests/configs/tiny.yaml"
 TARGET = "results/paper/table1.md"
 LOCAL_RULES = {"download", "tracking_setup", "table1"}
@@ -91,19 +90,6 @@ def _job_counts(folder: Path, env: dict[str, str]) -> dict[str, int]:
     assert done.returncode == 0, done.stderr[-2000:]
     table = done.stdout.split("Job stats:", 1)[1]
     return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M) if m[1] != "total"}
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    if os.geteuid() != 0:
-        pytest.fail("the cluster tests start SLURM's daemons and need root (make test-cluster as root)")
-    try:
-        up = subprocess.run(["bash", str(SCRIPT), "up"], capture_output=True, text=True, timeout=600)
-        assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-3000:]
-        conf = subprocess.run(["bash", str(SCRIPT), "env"], capture_output=True, text=True, check=True).stdout
-        yield {"SLURM_CONF": conf.strip().split("=", 1)[1]}
-    finally:
-        subprocess.run(["bash", str(SCRIPT), "down"], capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ import pytest
 import yaml
 from conftest import HANG_GUARD_S, copy_workflow, snakemake_env
 from stores import differences, snapshot
-from test_slurm_cluster import FAST_STATUS, NO_GPUS, cluster  # noqa: F401  (the fixture, for the SLURM part)
+from test_slurm_cluster import FAST_STATUS, NO_GPUS
 
 pytestmark = pytest.mark.cluster
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,7 +92,7 @@ def _stages(found: dict, prefix: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def workflows(server, cluster, tmp_path_factory):  # noqa: F811
+def workflows(server, cluster, tmp_path_factory):
     """The same targets run three ways, each job rerun once (a superseded run): into SQLite
     locally, into the server locally, into the server through SLURM."""
     base = tmp_path_factory.mktemp("tracking")
