@@ -15,7 +15,8 @@ import yaml
 PROCESS_TAGS = {"basis.pid", "basis.process_started", "basis.host", "mlflow.source.name", "mlflow.user"}
 #: Metrics measured, not computed: their keys and steps are compared, not their values.
 MEASURED = ("time/", "eval/seconds")
-#: The host's use, sampled every second while a run lasts: only which ones were logged.
+#: The host's use, sampled every second while a run lasts: left out, since whether a run of
+#: under a second got a sample depends on the host's load, not on the store.
 SAMPLED = "system/"
 #: Tags whose values are run ids: compared as the names of the runs they point to.
 RUN_ID_TAGS = {"mlflow.parentRunId", "superseded_by"}
@@ -37,11 +38,10 @@ def _artifacts(mlflow_client, run_id: str, folder: str = "") -> dict[str, str]:
 def _metrics(mlflow_client, run) -> dict[str, list]:
     histories = {}
     for key in sorted(run.data.metrics):
-        history = sorted((m.step, m.value) for m in mlflow_client.get_metric_history(run.info.run_id, key))
         if key.startswith(SAMPLED):
-            histories[key] = "sampled"
-        else:
-            histories[key] = [step for step, _ in history] if key.startswith(MEASURED) else history
+            continue
+        history = sorted((m.step, m.value) for m in mlflow_client.get_metric_history(run.info.run_id, key))
+        histories[key] = [step for step, _ in history] if key.startswith(MEASURED) else history
     return histories
 
 
