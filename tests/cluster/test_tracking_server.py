@@ -258,10 +258,10 @@ def _replay(folder: Path, uri: str) -> subprocess.CompletedProcess:
 
 def _as_steady(found: dict) -> dict:
     """A run's snapshot without what a store cannot have of a job that ran through an outage:
-    the host's measured metrics (MLflow's monitor stops with the server) and the job's tag."""
+    the job's tag and its output folder (the host's sampled metrics, which MLflow's monitor
+    stops logging with the server, the snapshot leaves out for every run)."""
     for run in found["runs"].values():
         for record in run:
-            record["metrics"] = {k: v for k, v in record["metrics"].items() if not k.startswith("system/")}
             record["tags"].pop("job")
             record["params"] = {k: v for k, v in record["params"].items() if k != "out"}
     return found
