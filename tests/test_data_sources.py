@@ -326,7 +326,7 @@ def test_a_study_takes_a_data_set_of_ones_own_by_its_download_summary(own, tmp_p
 def test_a_split_in_place_gives_the_rows_a_copy_gives_moving_only_the_rows_that_trade_places(monkeypatch):
     from basis.data import own_sets
 
-    monkeypatch.setattr(own_sets, "SWAP_BLOCK", 7)  # many blocks of pairs
+    monkeypatch.setattr(own_sets, "SWAP_BYTES", 7 * 3 * 4)  # many blocks of seven pairs
     rng = np.random.default_rng(0)
     X = rng.normal(size=(500, 3)).astype(np.float32)
     held_out = own_sets.held_out_rows(500, 100, None, seed=1)

@@ -107,3 +107,46 @@ def test_files_that_are_not_tables_are_refused(tmp_path, points):
     assert "is a folder" in _refused(tmp_path)
     with pytest.raises(InputError, match="not a regular file"):
         check_regular_file("/dev/null")
+
+
+def test_a_table_read_for_an_in_place_split_is_checked_block_by_block_as_it_is_read(tmp_path, points, monkeypatch):
+    from basis.data import feature_tables
+
+    X, _ = points
+    monkeypatch.setattr(feature_tables, "CHECK_BYTES", 7 * X.shape[1] * 4)  # blocks of seven rows
+    np.save(tmp_path / "t.npy", X)
+    copied = load_feature_table(tmp_path / "t.npy", memory_map=False).X
+    assert not isinstance(copied, np.memmap) and copied.flags.writeable and copied.flags.c_contiguous
+    np.testing.assert_array_equal(copied, X)
+    (tmp_path / "cut.npy").write_bytes((tmp_path / "t.npy").read_bytes()[:-10])
+    assert "not a readable .npy file: it ends in row 299 of its 300" in _refused(tmp_path / "cut.npy", memory_map=False)
+    for layout in (np.asfortranarray(X), X.astype(np.float64)):  # read by numpy.load, then copied
+        np.save(tmp_path / "other.npy", layout)
+        other = load_feature_table(tmp_path / "other.npy", memory_map=False).X
+        assert other.dtype == np.float32 and not isinstance(other, np.memmap)
+        np.testing.assert_array_equal(other, X)
+    for row in (0, 6, 7, 299):  # a block's first and last rows, and the table's last
+        bad = X.copy()
+        bad[row, 3] = np.nan
+        np.save(tmp_path / "nan.npy", bad)
+        for memory_map in (True, False):
+            assert f"row {row}, column 3 is nan" in _refused(tmp_path / "nan.npy", memory_map=memory_map)
+
+
+def test_the_range_check_is_exact_at_the_limit_whichever_way_a_block_is_decided(tmp_path):
+    limit = 1e15
+    cases = {  # values, the row and column named or None
+        "at the limit": (np.full((5, 2), limit), None),
+        "squares past the sum's bound, every value within it": (np.full((5, 2), 0.9 * limit), None),
+        "one ulp beyond": (np.array([[0.0, 1.0], [np.nextafter(limit, np.inf), 0.0]]), "row 1, column 0"),
+        "below minus the limit": (np.array([[0.0, -2 * limit]]), "row 0, column 1"),
+        "integers beyond it, whose squares would overflow": (np.array([[1, 2], [3, 2**62]]), "row 1, column 1"),
+        "integers within it": (np.array([[3_000_000_000, -7]] * 4), None),
+        "a Fortran-ordered array": (np.asfortranarray(np.array([[1.0, 2.0], [np.inf, 0.0]])), "row 1, column 0"),
+    }
+    for name, (values, named) in cases.items():
+        np.save(tmp_path / "t.npy", values)
+        if named is None:
+            np.testing.assert_array_equal(load_feature_table(tmp_path / "t.npy").X, values.astype(np.float32), name)
+        else:
+            assert f"{named} is" in _refused(tmp_path / "t.npy"), name

@@ -21,8 +21,12 @@ from basis.catalog.data_sources import TABLE_SUFFIXES
 from basis.errors import InputError
 from basis.runtime.inputs import MAX_FEATURE_MAGNITUDE
 
-#: Rows checked at a time, so that a memory-mapped table is never read whole for its checks.
-CHECK_ROWS = 65_536
+#: Bytes checked at a time: a block stays in the core's cache between its copy and its
+#: check, and a memory-mapped table is never read whole for its checks.
+CHECK_BYTES = 1 << 20
+#: Below this sum of squares a block holds no value beyond MAX_FEATURE_MAGNITUDE (a margin
+#: for the sum's rounding); a NaN or an infinity makes the sum fail it too.
+_SQUARES_BOUND = (MAX_FEATURE_MAGNITUDE * (1 - 1e-6)) ** 2
 
 
 @dataclass(frozen=True)
@@ -54,15 +58,31 @@ def check_regular_file(path: str | Path, what: str = "feature table") -> Path:
     return resolved
 
 
-def _check_values(path: Path, X: np.ndarray, columns: list[str] | None = None) -> None:
-    """Refuse a non-finite or out-of-range value, naming the first one's row and column."""
+def _within_range(block: np.ndarray) -> bool:
+    """Whether every value of ``block`` is finite and at most MAX_FEATURE_MAGNITUDE in
+    magnitude: a float block's sum of squares bounds each square (one pass through BLAS);
+    another block, or one whose sum says no, is decided by its minimum and maximum."""
+    if block.dtype in (np.float32, np.float64) and block.flags.c_contiguous:
+        flat = block.ravel()
+        if float(np.dot(flat, flat)) <= _SQUARES_BOUND:
+            return True
+    return bool(-MAX_FEATURE_MAGNITUDE <= block.min() and block.max() <= MAX_FEATURE_MAGNITUDE)  # NaN fails
+
+
+def _checked(path: Path, X: np.ndarray, columns: list[str] | None = None, read_rows=None) -> np.ndarray:
+    """``X`` once no value is non-finite or out of range; else an error naming the first
+    one's row and column. With ``read_rows`` (a function filling rows [start, stop) of ``X``
+    from its file), each block is checked as it is read, while it is in the core's cache."""
     if X.ndim != 2 or X.shape[0] == 0 or X.shape[1] == 0:
         raise InputError(f"feature table {path} holds an array of shape {X.shape}; expected points x features")
     if not np.issubdtype(X.dtype, np.number) or np.issubdtype(X.dtype, np.complexfloating):
         raise InputError(f"feature table {path} holds {X.dtype} values; expected real numbers")
-    for start in range(0, len(X), CHECK_ROWS):
-        block = np.asarray(X[start : start + CHECK_ROWS])
-        if -MAX_FEATURE_MAGNITUDE <= block.min() and block.max() <= MAX_FEATURE_MAGNITUDE:  # NaN fails: it propagates
+    rows = max(1, CHECK_BYTES // (X.shape[1] * X.dtype.itemsize))
+    for start in range(0, len(X), rows):
+        if read_rows is not None:
+            read_rows(start, min(start + rows, len(X)))
+        block = np.asarray(X[start : start + rows])
+        if _within_range(block):
             continue
         bad = ~np.isfinite(block) | (np.abs(block) > MAX_FEATURE_MAGNITUDE)
         if bad.any():
@@ -71,6 +91,36 @@ def _check_values(path: Path, X: np.ndarray, columns: list[str] | None = None) -
             value = float(block[row, column])
             what = "not finite" if not np.isfinite(value) else f"beyond {MAX_FEATURE_MAGNITUDE:g} in magnitude"
             raise InputError(f"feature table {path}: row {start + row}, {name} is {value!r}, {what}")
+    return X
+
+
+def _npy_in_memory(path: Path, resolved: Path) -> np.ndarray | None:
+    """A C-ordered float32 ``.npy`` read into memory and checked a block at a time (one read
+    of the file, none of it mapped beside the copy); None for another layout, left to
+    ``numpy.load``."""
+    from numpy.lib import format as npy_format
+
+    with open(resolved, "rb") as handle:
+        try:
+            version = npy_format.read_magic(handle)
+            read_header = {(1, 0): npy_format.read_array_header_1_0, (2, 0): npy_format.read_array_header_2_0}
+            if version not in read_header:
+                return None
+            shape, fortran_order, dtype = read_header[version](handle)
+        except ValueError as err:
+            raise InputError(f"feature table {path} is not a readable .npy file: {str(err).splitlines()[0]}") from None
+        if fortran_order or dtype != np.float32 or len(shape) != 2:
+            return None
+        X = np.empty(shape, dtype)
+        flat, row_bytes = X.reshape(-1).view(np.uint8), shape[1] * dtype.itemsize
+
+        def read_rows(start: int, stop: int) -> None:
+            got = handle.readinto(flat[start * row_bytes : stop * row_bytes])
+            if got != (stop - start) * row_bytes:
+                where = f"in row {start + got // row_bytes} of its {shape[0]}"
+                raise InputError(f"feature table {path} is not a readable .npy file: it ends {where}")
+
+        return _checked(path, X, read_rows=read_rows)
 
 
 def encode_labels(path: Path, labels: np.ndarray) -> tuple[np.ndarray, tuple[str, ...] | None]:
@@ -127,7 +177,7 @@ def _from_columns(path: Path, frame, label_column: str | None) -> FeatureTable:
                 f"feature table {path}: row {row}, column {name!r} is {features[name].iloc[row]!r}, not a number"
             )
     X = features.to_numpy(dtype=np.float64)
-    _check_values(path, X, [str(name) for name in features.columns])
+    X = _checked(path, X, [str(name) for name in features.columns])
     if label_column is None:
         return FeatureTable(X.astype(np.float32), None)
     labels = frame[label_column]
@@ -142,8 +192,9 @@ def load_feature_table(path: str | Path, label_column: str | None = None, memory
 
     ``label_column`` names the labels' column of a CSV or Parquet table (None: unlabelled);
     an ``.npz`` holds its labels as ``y``. A ``.npy`` table stays memory-mapped when it is
-    float32 already (unless ``memory_map`` is false), so that a large one is read once, by
-    what uses it."""
+    float32 already, so that a large one is read once, by what uses it; with ``memory_map``
+    false it is read into memory as it is checked (one read of the file), for a caller that
+    rearranges it in place."""
     resolved = check_regular_file(path)
     suffix = resolved.suffix.lower()
     if suffix not in TABLE_SUFFIXES:
@@ -154,6 +205,8 @@ def load_feature_table(path: str | Path, label_column: str | None = None, memory
         return _from_columns(Path(path), _read_columns(resolved, suffix), label_column)
     if label_column is not None:
         raise InputError(f"feature table {path}: label_column is for CSV and Parquet; an .npz holds its labels as y")
+    if suffix == ".npy" and not memory_map and (X := _npy_in_memory(Path(path), resolved)) is not None:
+        return FeatureTable(X, None)
     try:
         if suffix == ".npy":
             X, y = np.load(resolved, mmap_mode="r" if memory_map else None, allow_pickle=False), None
@@ -164,7 +217,7 @@ def load_feature_table(path: str | Path, label_column: str | None = None, memory
                 X, y = archive["X"], archive["y"] if "y" in archive.files else None
     except (ValueError, OSError, EOFError) as err:
         raise InputError(f"feature table {path} is not a readable {suffix} file: {str(err).splitlines()[0]}") from None
-    _check_values(Path(path), X)
+    X = _checked(Path(path), X)
     if y is not None and len(y) != len(X):
         raise InputError(f"feature table {path}: {len(y)} labels for {len(X)} points")
     codes, names = (None, None) if y is None else encode_labels(Path(path), y)

@@ -22,9 +22,10 @@ from basis.data.feature_tables import load_feature_table
 from basis.data.image_folders import load_image_folder
 from basis.errors import InputError
 
-#: Bytes read at a time by the content hash, and row pairs a split swaps at a time.
+#: Bytes read at a time by the content hash, and bytes of rows a split swaps at a time (its
+#: two buffers stay in the core's cache).
 HASH_BLOCK = 1 << 20
-SWAP_BLOCK = 16_384
+SWAP_BYTES = 1 << 20
 
 
 def content_hash(source: DataSource) -> str:
@@ -102,13 +103,14 @@ def trading_places(held_out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _split_at(X: np.ndarray, pairs: tuple[np.ndarray, np.ndarray], n_train: int) -> tuple[np.ndarray, np.ndarray]:
     """``X``'s training rows and held-out rows after the rows of ``pairs`` trade places:
     views of ``X`` rearranged in place where it is an array of its own in memory (a block
-    of pairs at a time, so the buffers stay small), else copies."""
+    of pairs at a time, so the buffers stay in cache), else copies."""
     out_front, in_tail = pairs
     if isinstance(X, np.memmap) or not X.flags.writeable or not X.flags.c_contiguous:
         X = np.array(X, order="C")
     rows = X.reshape(len(X), -1).view(np.dtype((np.void, X[0].nbytes))).ravel()  # a row moves as one item
-    for start in range(0, len(out_front), SWAP_BLOCK):
-        front, tail = out_front[start : start + SWAP_BLOCK], in_tail[start : start + SWAP_BLOCK]
+    block = max(1, SWAP_BYTES // X[0].nbytes)
+    for start in range(0, len(out_front), block):
+        front, tail = out_front[start : start + block], in_tail[start : start + block]
         rows[front], rows[tail] = rows[tail], rows[front]  # the right side is copied first
     return X[:n_train], X[n_train:]
 
