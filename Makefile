@@ -33,7 +33,7 @@ test: $(STAMP)
 # driver and the basic-auth app are the `server` extra).
 test-cluster: $(STAMP)
 	$(VENV)/bin/pip install --quiet -e ".[server]"
-	$(VENV)/bin/python -m pytest -q -m cluster tests/cluster
+	$(VENV)/bin/python -m pytest -q -m cluster --durations=15 tests/cluster
 
 # The edit-test loop: everything but the end-to-end workflow and the long training runs.
 test-fast: $(STAMP)

@@ -172,7 +172,8 @@ def test_a_write_the_server_refuses_is_raised_not_kept(store, monkeypatch):
 
 class _Refusing(http.server.BaseHTTPRequestHandler):
     def do_GET(self):  # noqa: N802 (http.server's name)
-        self.send_response(401 if self.headers.get("Authorization") != "Basic YWRtaW46cmlnaHQ=" else 200)
+        accepted = ("Basic YWRtaW46cmlnaHQ=", "Bearer token-right")  # admin:right, or its token
+        self.send_response(200 if self.headers.get("Authorization") in accepted else 401)
         self.send_header("Content-Length", "2")
         self.end_headers()
         self.wfile.write(b"{}")
@@ -205,6 +206,29 @@ def test_a_server_that_refuses_the_credentials_is_refused_at_the_door(monkeypatc
         monkeypatch.delenv("MLFLOW_TRACKING_USERNAME")
         monkeypatch.delenv("MLFLOW_TRACKING_PASSWORD")
         check_tracking_uri(uri.replace("http://", "http://admin:right@"))  # in the address too
+    finally:
+        server.shutdown()
+
+
+def test_a_token_is_sent_as_mlflow_sends_it_and_never_shown(monkeypatch):
+    """MLflow sends the user and password when both are set, else the token: the door's
+    check sends what the runs will send, and its refusal does not show the token."""
+    from basis.errors import InputError
+    from basis.runtime.inputs import check_tracking_uri
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Refusing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    uri = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", "token-right")
+        check_tracking_uri(uri)
+        monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", "token-stale-and-secret")
+        with pytest.raises(InputError, match="refused the user and password given") as refused:
+            check_tracking_uri(uri)
+        assert "token-stale-and-secret" not in str(refused.value) and len(str(refused.value).splitlines()) == 1
+        monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "admin")
+        monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "right")
+        check_tracking_uri(uri)  # MLflow sends these, not the stale token
     finally:
         server.shutdown()
 

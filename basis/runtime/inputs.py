@@ -430,10 +430,11 @@ def _check_credentials(uri: str, shown: str) -> None:
     import requests
 
     headers, auth = {}, None
-    if os.environ.get("MLFLOW_TRACKING_TOKEN"):
+    user, password = os.environ.get("MLFLOW_TRACKING_USERNAME"), os.environ.get("MLFLOW_TRACKING_PASSWORD")
+    if user and password:  # MLflow's order: the user and password (both), else the token
+        auth = (user, password)
+    elif os.environ.get("MLFLOW_TRACKING_TOKEN"):
         headers["Authorization"] = f"Bearer {os.environ['MLFLOW_TRACKING_TOKEN']}"
-    elif os.environ.get("MLFLOW_TRACKING_USERNAME"):
-        auth = (os.environ["MLFLOW_TRACKING_USERNAME"], os.environ.get("MLFLOW_TRACKING_PASSWORD", ""))
     try:  # requests takes user:password@ from the address itself
         answer = requests.get(
             f"{uri.rstrip('/')}/api/2.0/mlflow/experiments/search",
