@@ -388,14 +388,18 @@ def test_basic_auth_refuses_at_the_door_and_no_file_written_holds_the_password(s
         )  # fmt: skip
         assert done.returncode == 0, done.stderr[-2000:]
         assert password not in done.stdout + done.stderr
-    # the workflow with the password in its address: no file it writes holds it
+    # the workflow with the password in its address and a token beside it (the address's
+    # user and password win, as in MLflow's client): no file it writes holds either
+    token = f"token-{os.urandom(8).hex()}"
     folder = _workflow(tmp_path / "workflow", "authed")
-    _snakemake(folder, _env(folder, in_address))
-    assert _files_holding(folder, password) == []
+    _snakemake(folder, _env(folder, in_address, MLFLOW_TRACKING_TOKEN=token))
+    for secret in (password, token):
+        assert _files_holding(folder, secret) == [], secret
     mlflow_client = _client(in_address)
     experiment = mlflow_client.get_experiment_by_name("authed-runs")
     for run in mlflow_client.search_runs([experiment.experiment_id]):
         assert password not in json.dumps([run.data.params, run.data.tags])
+        assert token not in json.dumps([run.data.params, run.data.tags])
 
 
 def test_the_readmes_server_command_serves_the_runs_as_written(server, tmp_path):
