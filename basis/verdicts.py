@@ -1,8 +1,9 @@
-"""Table 1's headline claim as verdicts: that BASiS gives the best value of the four methods.
+"""Table 1's headline claim as verdicts: that BASiS gives the best value of the methods.
 
 Per data set, measure and variant (the paper's equation, and the authors' code that produced
 the paper's numbers, :data:`basis.paper.PAPER_VARIANT`), BASiS's mean over seeds is set
-against the best mean of the other methods. The gap counts when it exceeds the seeds'
+against the best mean of the other methods of the run (a baseline's published-code rows
+among them). The gap counts when it exceeds the seeds'
 spread: two standard deviations of the noisier of the two (sample std over seeds). A
 verdict is "holds" (BASiS better beyond the spread), "fails" (worse beyond it), "within
 noise", or says why there is none: a measure not available on the data set (no labels), a
@@ -91,7 +92,8 @@ def verdicts_markdown(rows: list[dict]) -> str:
     lines = [
         "## Table 1's claim: BASiS gives the best value",
         "",
-        f"BASiS's mean against the best other method's; `gap` is how much better BASiS is (negative: worse),"
+        "BASiS's mean against the best other method's (published-code rows included); `gap` is how much better"
+        " BASiS is (negative: worse),"
         f" and it counts when it exceeds `2σ`, {SPREAD_STDS:g} standard deviations of the seeds of the noisier"
         f" of the two. A value marked {NOT_A_DISTANCE} is not a distance and is not ranked.",
         "",

@@ -138,7 +138,11 @@ def test_specnet2_trains_and_transform_is_deterministic(rng, gradient):
 
 
 def test_make_estimator_names_valid_choices():
-    with pytest.raises(ValueError, match="valid: \\['basis', 'diffusion_net', 'specnet1', 'specnet2'\\]"):
+    with pytest.raises(
+        ValueError,
+        match="valid: \\['basis', 'diffusion_net', 'specnet1', 'specnet1_published',"
+        " 'specnet1_published_paper_graph', 'specnet2'\\]",
+    ):
         make_estimator("spectralnet3")
     with pytest.raises(ValueError, match="unknown parameter\\(s\\) \\['anchors'\\]"):
         make_estimator("specnet1", anchors="random")

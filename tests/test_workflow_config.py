@@ -179,11 +179,12 @@ def test_the_checks_do_not_change_the_config():
 
 @pytest.mark.parametrize("method", method_names())
 def test_the_catalog_reads_each_methods_seeds_apart_declaration_as_its_class_holds_it(method):
-    from basis.catalog import seeds_apart_when
+    from basis.catalog import seeds_apart_when, seeds_never_together
     from basis.estimators import make_estimator
 
     estimator = make_estimator(method)
     assert seeds_apart_when(method) == type(estimator).SEEDS_APART_WHEN
+    assert seeds_never_together(method) == type(estimator).SEEDS_NEVER_TOGETHER
     for key, (value, why) in seeds_apart_when(method).items():
         assert make_estimator(method, **{key: value})._why_not_together() == why
 
@@ -202,4 +203,13 @@ def test_data_sets_of_ones_own_are_named_where_catalog_names_are_and_checked(tmp
     config["experiments"]["alignment_error"]["datasets"] = ["digits"]
     config["experiments"]["ablation"]["datasets"] = ["yours"]
     with pytest.raises(InputError, match=r"ablation.datasets: 'yours' is neither .* \(declared: \['mine'\]\)"):
+        check_workflow_config(config)
+
+
+def test_seeds_together_is_refused_for_a_method_whose_seeds_never_train_together():
+    """The published SpectralNet trains one network at a time: refused by the config's check
+    (a dry run), not only when its job starts."""
+    config = _config(seeds_together=True, seeds_in_one_job=True)
+    config["methods"]["specnet1_published"] = {}
+    with pytest.raises(InputError, match="specnet1_published cannot train its seeds together: the spectralnet"):
         check_workflow_config(config)

@@ -54,6 +54,8 @@ METHOD_LABELS = {
     "diffusion_net": "Diffusion-Net",
     "specnet1": "SpecNet1",
     "specnet2": "SpecNet2",
+    "specnet1_published": "SpecNet1 (published code)",
+    "specnet1_published_paper_graph": "SpecNet1 (published code, paper's graph)",
     "basis": "BASiS (Ours)",
 }
 DATASET_LABELS = {"mnist": "MNIST", "fashion_mnist": "Fashion-MNIST", "svhn": "SVHN", "cifar10": "CIFAR-10"}
@@ -109,24 +111,37 @@ def _method_sources() -> dict[str, tuple[dict[str, str], Path, str]]:
     return methods
 
 
-#: The class attribute in which a method declares the settings that keep its seeds apart
-#: (:meth:`basis.estimators.base.SpectralEstimator._why_not_together`): a literal mapping
-#: of parameter -> (value, why), read here from the source.
+#: The literal class attributes, read from the source, in which a method declares what keeps
+#: its seeds apart (:meth:`basis.estimators.base.SpectralEstimator._why_not_together`).
 SEEDS_APART_DECLARATION = "SEEDS_APART_WHEN"
+SEEDS_NEVER_TOGETHER_DECLARATION = "SEEDS_NEVER_TOGETHER"
+
+
+def _class_declaration(method: str, attribute: str, default: Any) -> Any:
+    """A literal class attribute of ``method``'s class or of a base class in its module."""
+    method_parameters(method)
+    _, path, class_name = _method_sources()[method]
+    classes = {n.name: n for n in ast.parse(path.read_text()).body if isinstance(n, ast.ClassDef)}
+    cls = classes[class_name]
+    while cls is not None:
+        for node in cls.body:
+            targets = [node.target] if isinstance(node, ast.AnnAssign) else getattr(node, "targets", [])
+            if any(isinstance(t, ast.Name) and t.id == attribute for t in targets):
+                return ast.literal_eval(node.value)
+        cls = next((classes[b.id] for b in cls.bases if isinstance(b, ast.Name) and b.id in classes), None)
+    return default
 
 
 @cache
 def seeds_apart_when(method: str) -> dict[str, tuple[Any, str]]:
-    """The settings with which ``method`` cannot train its seeds together, as its class
-    declares them (:data:`SEEDS_APART_DECLARATION`): parameter -> (value, why)."""
-    method_parameters(method)
-    _, path, class_name = _method_sources()[method]
-    cls = next(n for n in ast.parse(path.read_text()).body if isinstance(n, ast.ClassDef) and n.name == class_name)
-    for node in cls.body:
-        targets = [node.target] if isinstance(node, ast.AnnAssign) else getattr(node, "targets", [])
-        if any(isinstance(t, ast.Name) and t.id == SEEDS_APART_DECLARATION for t in targets):
-            return ast.literal_eval(node.value)
-    return {}
+    """The settings with which ``method`` cannot train its seeds together: parameter -> (value, why)."""
+    return _class_declaration(method, SEEDS_APART_DECLARATION, {})
+
+
+@cache
+def seeds_never_together(method: str) -> str | None:
+    """Why ``method``'s seeds never train together whatever its settings, or None."""
+    return _class_declaration(method, SEEDS_NEVER_TOGETHER_DECLARATION, None)
 
 
 def method_names() -> list[str]:

@@ -21,6 +21,7 @@ from basis.catalog import (
     method_annotations,
     method_parameters,
     seeds_apart_when,
+    seeds_never_together,
 )
 from basis.errors import InputError
 from basis.graph.config import GraphConfig, check_choice
@@ -156,6 +157,8 @@ def why_seeds_apart(method: str, settings: Mapping[str, Any]) -> str | None:
     """Why ``method`` with ``settings`` cannot train its seeds together, where its settings
     decide it (its class's declaration, :func:`basis.catalog.seeds_apart_when`), or None;
     torch-free, so that a dry run checks a config with it."""
+    if seeds_never_together(method):
+        return seeds_never_together(method)
     for key, (value, why) in seeds_apart_when(method).items():
         if settings.get(key) == value:
             return why

@@ -12,12 +12,15 @@ from basis.estimators.basis import BASiS, basis_loss
 from basis.estimators.diffusion_net import DiffusionNet
 from basis.estimators.specnet2 import SpecNet2, deflate_trivial, specnet2_loss, specnet2_rotation
 from basis.estimators.spectralnet import SpectralNet, spectralnet_loss
+from basis.estimators.spectralnet_published import PublishedSpectralNet, PublishedSpectralNetOnPaperGraph
 from basis.estimators.training import StepTimer
 
 __all__ = [
     "BASiS",
     "METHODS",
     "DiffusionNet",
+    "PublishedSpectralNet",
+    "PublishedSpectralNetOnPaperGraph",
     "SpecNet2",
     "SpectralEstimator",
     "SpectralNet",

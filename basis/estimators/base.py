@@ -302,11 +302,15 @@ class SpectralEstimator(TrainingLoop, TransformerMixin, BaseEstimator):
     #: Settings with which a method's seeds cannot train together, and why: parameter ->
     #: (value, why), a literal (the catalog reads it from the source for a dry run's checks).
     SEEDS_APART_WHEN: ClassVar[dict[str, tuple[Any, str]]] = {}
+    #: Why a method's seeds never train together whatever its settings, or None (a literal too).
+    SEEDS_NEVER_TOGETHER: ClassVar[str | None] = None
 
     def _why_not_together(self) -> str | None:
         """Why this estimator's seeds cannot train together, or None where they can: a
         method that states its loss with :meth:`_loss_with` can, unless its settings are
         among those its class declares in :attr:`SEEDS_APART_WHEN`."""
+        if self.SEEDS_NEVER_TOGETHER:
+            return self.SEEDS_NEVER_TOGETHER
         if type(self)._loss_with is SpectralEstimator._loss_with:
             return "its loss is not stated as a function of the network (_loss_with)"
         return next((why for key, (value, why) in self.SEEDS_APART_WHEN.items() if getattr(self, key) == value), None)

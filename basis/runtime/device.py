@@ -311,6 +311,16 @@ def generator(device: torch.device, seed: int) -> torch.Generator:
     return torch.Generator(device=device).manual_seed(seed)
 
 
+@contextmanager
+def global_draws_seeded(device: torch.device, seed: int) -> Iterator[None]:
+    """torch's global generators seeded with ``seed`` inside the block and as they were after
+    it, the CPU's and, on a real CUDA device, that device's: for code that draws from them
+    and takes no generator (a third-party package's training)."""
+    with torch.random.fork_rng(devices=[torch.device(device).index or 0] if _real_cuda(device) else []):
+        torch.manual_seed(seed)
+        yield
+
+
 def draw_device(device: torch.device) -> torch.device | None:
     """Where draws for ``device`` are made: on the device itself on the CUDA side (no index
     crosses from the host per step), None (the host) on the CPU."""
