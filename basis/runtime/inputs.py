@@ -412,12 +412,35 @@ def check_tracking_uri(uri: str, *, reach: bool = True) -> None:
         driver = _DATABASE_DRIVERS[scheme.split("+")[0]]
         if importlib.util.find_spec(driver) is None:
             raise InputError(f"MLFLOW_TRACKING_URI {shown} needs the {driver} driver: pip install {driver}")
+        if reach:
+            _check_database(uri, shown, driver)
     elif scheme == "file" or (not scheme and uri.startswith("/")):
         folder = Path(parsed.path or uri)
         if folder.exists() and not folder.is_dir():
             raise InputError(f"MLFLOW_TRACKING_URI {shown} is a file; a file store is a folder")
     else:
         raise InputError(f"MLFLOW_TRACKING_URI {shown} is not a tracking store URI; {expected}")
+
+
+def _check_database(uri: str, shown: str, driver: str) -> None:
+    """Refuse a database server that does not answer within :data:`SERVER_TIMEOUT_S` or turns
+    the connection away (a wrong password, no such database), before MLflow's client would
+    raise it as a traceback mid-run."""
+    import sqlalchemy
+
+    timeout = {"pyodbc": "timeout"}.get(driver, "connect_timeout")
+    engine = sqlalchemy.create_engine(uri, connect_args={timeout: int(SERVER_TIMEOUT_S)})
+    try:
+        with engine.connect():
+            pass
+    except sqlalchemy.exc.SQLAlchemyError as err:
+        reason = redacted_text(str(getattr(err, "orig", err) or err).strip().splitlines()[0])
+        raise InputError(
+            f"MLFLOW_TRACKING_URI {shown}: the database refuses the connection or does not answer"
+            f" ({reason}); start it or check the URI"
+        ) from None
+    finally:
+        engine.dispose()
 
 
 def _check_credentials(uri: str, shown: str) -> None:
