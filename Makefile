@@ -31,8 +31,12 @@ test: $(STAMP)
 # starts munge, MariaDB and SLURM's daemons, and tears them down afterwards), and tracking as
 # a cluster runs it: an MLflow server on PostgreSQL (installed and started the same way; its
 # driver and the basic-auth app are the `server` extra).
-test-cluster: $(STAMP)
+SERVER_STAMP := $(VENV)/.server-installed
+$(SERVER_STAMP): $(STAMP)
 	$(VENV)/bin/pip install --quiet -e ".[server]"
+	touch $(SERVER_STAMP)
+
+test-cluster: $(SERVER_STAMP)
 	$(VENV)/bin/python -m pytest -q -m cluster --durations=15 tests/cluster
 
 # The edit-test loop: everything but the end-to-end workflow and the long training runs.
