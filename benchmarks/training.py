@@ -4,6 +4,7 @@ number of training points, and a method's seeds trained together against in turn
     python -m benchmarks training parts --n-iter 40 [--device cuda] [--dataset digits]
     python -m benchmarks training memory --n 70000 1000000 --n-iter 30
     python -m benchmarks training seeds-together --device cuda --seeds 10 --n-iter 200 [--method diffusion_net]
+    python -m benchmarks training scaling --n 10000 30000 100000 300000 1000000 [--device cuda]
 """
 
 from __future__ import annotations
@@ -180,8 +181,116 @@ def seeds_together(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_scaling_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--n", type=int, nargs="+", default=[10_000, 30_000, 100_000, 300_000, 1_000_000])
+    parser.add_argument("--n-iter", type=int, default=1000, help="BASiS's fixed budget at every n (the protocol's)")
+    parser.add_argument("--n-test", type=int, default=5000, help="held-out points scored at every n")
+    parser.add_argument("--exact-up-to", type=int, default=100_000, help="largest n for the exact neighbours")
+    parser.add_argument("--device", default="cpu")
+
+
+#: One n in a fresh process: BASiS fitted at a fixed budget on n touching-cluster points,
+#: its embedding of the n points against a bare forward pass of its network, then the exact
+#: embedding of the n + n_test points (the ground truth at that n) and d_G on the held-out
+#: rows. Peak RSS is read per phase (``clear_refs`` restarts it from the current RSS).
+ONE_SCALE = """
+import json, sys, time
+import numpy as np, torch
+from basis.catalog.settings import EVALUATION_KEYS, resolve_settings
+from basis.data.clusters import clustered_data
+from basis.estimators import BASiS
+from basis.metrics import grassmann_distance, orthogonality
+from basis.references import analytic_embedding
+from basis.runtime import device as devices
+n, n_test, n_iter, device, backend = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
+
+def peak_gb():
+    return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")) / 2**20
+
+def restart_peak():
+    open("/proc/self/clear_refs", "w").write("5")
+
+X, y = clustered_data(n + n_test, 16, 10, 0, spread=1.5)
+settings = resolve_settings("basis")
+options = {k: v for k, v in settings.items() if k not in EVALUATION_KEYS} | {"n_iter": n_iter}
+restart_peak()
+estimator = BASiS(10, device=device, seed=0, **options)
+start = time.perf_counter()
+estimator.fit(X[:n], y[:n])
+devices.synchronize(estimator.device_)
+fit_s = time.perf_counter() - start
+estimator.transform(X[:1000])  # warm-up: both timings below start warm
+start = time.perf_counter()
+estimator.transform(X[:n])
+transform_s = time.perf_counter() - start
+chunks = [torch.from_numpy(X[i : i + 8192]).to(estimator.device_) for i in range(0, n, 8192)]
+with torch.no_grad():  # the same network on the same points in the same chunks, nothing else
+    start = time.perf_counter()
+    for chunk in chunks:
+        estimator.model_.embed(chunk)
+    devices.synchronize(estimator.device_)
+    forward_s = time.perf_counter() - start
+fit_peak = peak_gb()
+restart_peak()
+graph = dict(settings["graph"], neighbors=backend)
+start = time.perf_counter()
+truth = analytic_embedding(X, dict(settings, graph=graph), 10, device=device)[n:]
+exact_s = time.perf_counter() - start
+held_out = estimator.transform(X[n:])
+print(json.dumps({"n": n, "fit_s": fit_s, "transform_s": transform_s, "forward_s": forward_s,
+    "fit_peak_gb": fit_peak, "exact_s": exact_s, "exact_peak_gb": peak_gb(), "neighbors": backend,
+    "d_G": grassmann_distance(held_out, truth), "d_perp_colnorm": orthogonality(held_out, variant="colnorm")}))
+"""
+
+
+def _slope(ns: list[int], values: list[float]) -> float:
+    """The log-log least-squares slope of ``values`` against ``ns``."""
+    return float(np.polyfit(np.log(ns), np.log(values), 1)[0])
+
+
+def scaling(args: argparse.Namespace) -> int:
+    """BASiS's cost and accuracy as the training set grows, at a fixed iteration budget.
+
+    Per n (a fresh process each): fit seconds, the out-of-sample embedding of the n points
+    (``transform``) against one bare forward pass of the network on the same points, peak
+    RSS of the fit, the exact whole-set embedding's seconds and peak (exact neighbours up to
+    ``--exact-up-to``, FAISS IVF beyond), and d_G of the held-out points against the exact
+    embedding of all n + n_test points, on touching 16-d clusters (Siamese-like, one graph
+    component). Prints a markdown table, the log-log slopes and the floors of the scale
+    study: fit slope <= 0.1, transform <= 2x the forward pass, d_G at the largest n <= 1.25x
+    at the smallest, fit peak <= 8 GB.
+    """
+    rows = []
+    print(
+        "| n | BASiS fit s | transform s | forward s | fit peak RSS GB | exact s | exact peak RSS GB | neighbours"
+        " | d_G | d_perp (colnorm) |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for n in args.n:
+        backend = "exact" if n <= args.exact_up_to else "faiss-ivf"
+        command = [sys.executable, "-c", ONE_SCALE, str(n), str(args.n_test), str(args.n_iter), args.device, backend]
+        row = json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout.strip())
+        rows.append(row)
+        print(
+            f"| {n:,} | {row['fit_s']:.1f} | {row['transform_s']:.2f} | {row['forward_s']:.2f}"
+            f" | {row['fit_peak_gb']:.2f} | {row['exact_s']:.1f} | {row['exact_peak_gb']:.2f} | {backend}"
+            f" | {row['d_G']:.3f} | {row['d_perp_colnorm']:.3f} |",
+            flush=True,
+        )
+    ns = [row["n"] for row in rows]
+    fit_slope, exact_slope = _slope(ns, [r["fit_s"] for r in rows]), _slope(ns, [r["exact_s"] for r in rows])
+    worst_transform = max(r["transform_s"] / r["forward_s"] for r in rows)
+    d_g_ratio = rows[-1]["d_G"] / rows[0]["d_G"]
+    print(f"\nlog-log slope: BASiS fit {fit_slope:.3f} (floor <= 0.1), exact embedding {exact_slope:.3f}")
+    print(f"transform / forward pass, worst n: {worst_transform:.2f}x (floor <= 2)")
+    print(f"d_G at n = {ns[-1]:,} / at n = {ns[0]:,}: {d_g_ratio:.2f}x (floor <= 1.25)")
+    print(f"largest fit peak: {max(r['fit_peak_gb'] for r in rows):.2f} GB (floor <= 8)")
+    return 0
+
+
 PARTS = {
     "parts": (add_parts_arguments, parts),
     "memory": (add_memory_arguments, memory),
     "seeds-together": (add_seeds_together_arguments, seeds_together),
+    "scaling": (add_scaling_arguments, scaling),
 }
