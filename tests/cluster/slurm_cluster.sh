@@ -3,6 +3,7 @@
 # slurmdbd (accounting), slurmctld and slurmd, with one node of this machine's cores and
 # memory and one partition, `main`.
 #
+#   bash tests/cluster/slurm_cluster.sh install  # only install what is missing (Debian's packages)
 #   bash tests/cluster/slurm_cluster.sh up     # install what is missing, start, wait until ready
 #   bash tests/cluster/slurm_cluster.sh down   # stop every daemon it started, remove its state
 #   bash tests/cluster/slurm_cluster.sh env    # the exports a client needs (the default SLURM_CONF)
@@ -199,11 +200,12 @@ down() {
 
 mkdir -p "$STATE"
 case "${1:-}" in
+    install) install ;;
     up) up ;;
     down) down ;;
     env) echo "export SLURM_CONF=$CONF/slurm.conf" ;;
     *)
-        echo "usage: $0 up|down|env" >&2
+        echo "usage: $0 install|up|down|env" >&2
         exit 2
         ;;
 esac

@@ -3,6 +3,7 @@
 # MLflow's backend store and `mlflow server --artifacts-destination`, so that runs, metrics,
 # artifacts and models reach the store only over HTTP. Both listen on 127.0.0.1 only.
 #
+#   bash tests/cluster/tracking_server.sh install         # only install what is missing (PostgreSQL)
 #   bash tests/cluster/tracking_server.sh up              # install what is missing, start both, wait
 #   bash tests/cluster/tracking_server.sh down            # stop both, remove the state
 #   bash tests/cluster/tracking_server.sh env             # the servers' addresses, the admin's password file
@@ -133,6 +134,10 @@ down() {
 }
 
 case "${1:-}" in
+    install)
+        mkdir -p "$STATE"
+        install
+        ;;
     up) up ;;
     down) down ;;
     env)
@@ -144,7 +149,7 @@ case "${1:-}" in
     start-server) start_server ;;
     restart-db) pg_ctl -m fast restart > /dev/null ;;
     *)
-        echo "usage: $0 up|down|env|stop-server|start-server|restart-db" >&2
+        echo "usage: $0 install|up|down|env|stop-server|start-server|restart-db" >&2
         exit 2
         ;;
 esac
