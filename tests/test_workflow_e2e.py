@@ -42,6 +42,7 @@ FIGURES = (
     "fig8_feature_change_subset",
     "fig9_basis_variants",
     "fig10_alignment_error",
+    "fig11_scale",
 )
 
 
@@ -165,15 +166,15 @@ def test_mlflow_holds_every_run_with_its_metrics(workflow):
     assert "step 20/20" in log and "ms/step" in log
     assert (workflow / "results/paper/table1.html").read_text().count("<table>") == 2
     assert len(runs(workflow, "features")[1]) == 1
-    # table1, nine study figures, fig5, the ablation table and the comparison
+    # table1, ten study figures, fig5, the ablation table and the comparison
     _, paper = runs(workflow, "paper")
-    assert len(paper) == 13
+    assert len(paper) == 14
     figures = [r for r in paper if r.data.tags.get("rule") in ("figure", "knn_sensitivity")]
-    assert len(figures) == 10 and all(r.data.tags.get("mlflow.note.content") for r in figures)
-    # toy x2, illustration, consistency, bunny, feature change x2, variants, alignment error
+    assert len(figures) == 11 and all(r.data.tags.get("mlflow.note.content") for r in figures)
+    # toy x2, illustration, consistency, bunny, feature change x2, variants, alignment error, scale
     assert json.loads((workflow / "results/studies/feature_change/main/metrics.json").read_text())
     _, studies = runs(workflow, "studies")
-    assert len(studies) == 9 and all(r.info.status == "FINISHED" for r in studies)
+    assert len(studies) == 10 and all(r.info.status == "FINISHED" for r in studies)
     # three alignments, on clean anchors and with anchor outliers
     assert len(runs(workflow, "sensitivity")[1]) == 4 and len(runs(workflow, "ablation")[1]) == 6
     # each sweep's parent run ends after the runs it groups
@@ -211,8 +212,12 @@ def test_every_figure_and_study_number_is_there(workflow):
         "ablation, two_moons",
         "Beyond the paper (variants, digits)",
         "Beyond the paper (alignment error, digits)",
+        "Beyond the paper (scale): BASiS's fit time",
     ):
         assert claim in claims
+    scale = (workflow / "results/paper/figures/fig11_scale.md").read_text()
+    for curve in ("basis", "exact", "sklearn", "nystrom_100", "nystrom_300"):
+        assert f"| {curve} | 600 |" in scale and f"| {curve} | 1,200 |" in scale, curve
     table = (workflow / "results/paper/figures/fig9_basis_variants.md").read_text()
     assert "| digits | combined |" in table and "| digits | paper |" in table
     ablation = (workflow / "results/paper/ablation.md").read_text()

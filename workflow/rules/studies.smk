@@ -3,7 +3,7 @@
 # job per run of its config section; each job is one `python -m basis study NAME`.
 
 # The studies that train many models in one job (scheduled early: see common.smk).
-LONG_STUDIES = {"variants"}
+LONG_STUDIES = {"variants", "scale"}
 
 for name, study in STUDIES.items():
 

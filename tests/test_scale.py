@@ -1,0 +1,92 @@
+"""The scale study (basis.studies.scale): every method on the same points, the competitors'
+embeddings in the exact one's convention, the time limit shown and never dropped."""
+
+import numpy as np
+import pytest
+from sklearn.metrics.pairwise import rbf_kernel
+
+from basis.data.clusters import clustered_data
+from basis.metrics import grassmann_distance
+from basis.studies import save_study
+from basis.studies.scale import (
+    NOT_STARTED,
+    PAST_LIMIT,
+    WITHIN,
+    draw_scale,
+    nystrom_embedding,
+    scale_claims,
+    scale_study,
+)
+
+SMALL = {"n_points": [600, 1200], "n_test": 200, "n_iter": 5, "landmarks": [100, 300]}
+
+
+@pytest.fixture(scope="module")
+def study():
+    return scale_study(methods=["basis", "exact", "sklearn", "nystrom"], device="cpu", **SMALL)
+
+
+def test_nystrom_with_every_point_a_landmark_is_the_exact_operators_eigenvectors():
+    """In-sample points extended from L = n landmarks are the rows of the eigenvectors of
+    D^-1/2 K D^-1/2 computed directly: the normalisation and the extension are right."""
+    X, _ = clustered_data(400, 16, 4, 0, spread=1.5)
+    X = X.astype(np.float64)
+    sigma = 3.0
+    K = rbf_kernel(X, gamma=1 / (2 * sigma**2))
+    root = np.sqrt(K.sum(axis=1))
+    values, vectors = np.linalg.eigh(K / root[:, None] / root[None, :])
+    exact = vectors[:, ::-1][:, :4]
+    embedding, _ = nystrom_embedding(X, X[:150], 4, len(X), sigma, seed=0)
+    assert grassmann_distance(embedding, exact[:150]) < 1e-6
+    few, _ = nystrom_embedding(X, X[:150], 4, 20, sigma, seed=0)
+    assert grassmann_distance(few, exact[:150]) > 1e-3  # 20 landmarks only approximate it
+
+
+def test_every_method_is_measured_at_every_n_on_the_same_points(study):
+    result, arrays = study
+    curves = [str(c) for c in arrays["curves"]]
+    assert curves == ["basis", "exact", "sklearn", "nystrom_100", "nystrom_300"]
+    for method in curves:
+        assert (arrays[f"{method}/status"] == WITHIN).all()
+        for measure in ("fit_s", "peak_gb", "d_G", "d_perp", "nmi", "acc"):
+            assert np.isfinite(arrays[f"{method}/{measure}"]).all(), (method, measure)
+        assert np.isfinite(result[f"{method}/fit_slope"]) and result[f"{method}/largest_n"] == 1200
+    assert (arrays["exact/d_G"] == 0).all() and (arrays["exact/nmi"] > 0.95).all()
+    # scikit-learn's vectors, scaled back to the exact one's convention, span its subspace
+    # nearly (its graph is binary kNN) and cluster as well: the trivial vector put first at unit norm
+    assert (arrays["sklearn/d_G"] < 0.05).all() and (arrays["sklearn/nmi"] > 0.95).all()
+    assert np.isnan(arrays["sklearn/transform_s"]).all()  # no transform: refitted on all points
+    assert (arrays["basis/transform_s"] > 0).all() and result["basis/transform_over_forward"] > 0
+
+
+def test_the_same_seed_gives_the_same_accuracy_numbers(study):
+    _, again = scale_study(methods=["basis", "nystrom"], device="cpu", **SMALL)
+    _, arrays = study
+    for key in ("basis/d_G", "basis/nmi", "nystrom_100/d_G", "nystrom_300/d_perp"):
+        np.testing.assert_array_equal(again[key], arrays[key])
+
+
+def test_a_point_past_the_limit_is_kept_and_the_larger_ones_say_they_did_not_finish(tmp_path):
+    result, arrays = scale_study(methods=["exact", "nystrom"], device="cpu", time_limit_s=1e-9, **SMALL)
+    for method in ("nystrom_100", "nystrom_300"):
+        assert list(arrays[f"{method}/status"]) == [PAST_LIMIT, NOT_STARTED]
+        assert np.isfinite(arrays[f"{method}/d_G"][0]) and np.isnan(arrays[f"{method}/d_G"][1])
+        assert np.isnan(result[f"{method}/fit_slope"])
+    assert list(arrays["exact/status"]) == [PAST_LIMIT, PAST_LIMIT]  # the truth is always computed
+    save_study(tmp_path / "run", result, arrays)
+    table = draw_scale([tmp_path / "run"], tmp_path / "fig")
+    rows = [line for line in table.splitlines() if line.startswith("| nystrom_300 |")]
+    assert rows[0].endswith("| past the limit |") and rows[1].endswith("| did not finish in 1e-09 s |")
+    assert (tmp_path / "fig.png").exists()
+
+
+def test_the_claims_follow_the_measured_slope_and_ratio(study):
+    result, _ = study
+    rows = scale_claims({"": result})
+    assert [row["reproduced"] for row in rows] == [
+        result["basis/fit_slope"] <= 0.1,
+        result["basis/d_G_ratio"] <= 1.25,
+    ]
+    assert "nystrom_300" in rows[0]["measured"] and "sklearn" in rows[0]["measured"]
+    flat = scale_claims({"": dict(result, **{"basis/fit_slope": 0.02, "basis/d_G_ratio": 2.0})})
+    assert [row["reproduced"] for row in flat] == [True, False]
