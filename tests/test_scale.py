@@ -1,24 +1,33 @@
 """The scale study (basis.studies.scale): every method on the same points, the competitors'
-embeddings in the exact one's convention, the time limit shown and never dropped."""
+embeddings in the exact one's convention, the time limit enforced, shown and never dropped,
+and the budget BASiS needs to hold a d_G target."""
+
+import os
+import time
 
 import numpy as np
 import pytest
 from sklearn.metrics.pairwise import rbf_kernel
 
+from basis.approximate import nystrom_embedding
 from basis.data.clusters import clustered_data
+from basis.errors import InputError
 from basis.metrics import grassmann_distance
+from basis.runtime.deadline import TimeLimitReached, Worker
 from basis.studies import save_study
 from basis.studies.scale import (
     NOT_STARTED,
     PAST_LIMIT,
+    STOPPED,
     WITHIN,
     draw_scale,
-    nystrom_embedding,
     scale_claims,
     scale_study,
 )
 
 SMALL = {"n_points": [600, 1200], "n_test": 200, "n_iter": 5, "landmarks": [100, 300]}
+#: BASiS's numbers of a run whose fit time is flat in n, for the claims.
+FLAT = {"basis/fit_slope": 0.02, "basis/largest_n": 1200, "basis/d_G_ratio": 1.0, "basis/transform_over_forward": 1.1}
 
 
 @pytest.fixture(scope="module")
@@ -66,18 +75,65 @@ def test_the_same_seed_gives_the_same_accuracy_numbers(study):
         np.testing.assert_array_equal(again[key], arrays[key])
 
 
-def test_a_point_past_the_limit_is_kept_and_the_larger_ones_say_they_did_not_finish(tmp_path):
+def test_a_solver_past_the_limit_is_stopped_there_and_the_larger_n_say_they_did_not_finish(tmp_path):
+    """Nyström runs in the worker process, which is ended at the limit: its points are not
+    measured past it (they were measured in full before the limit was enforced)."""
     result, arrays = scale_study(methods=["exact", "nystrom"], device="cpu", time_limit_s=1e-9, **SMALL)
     for method in ("nystrom_100", "nystrom_300"):
-        assert list(arrays[f"{method}/status"]) == [PAST_LIMIT, NOT_STARTED]
-        assert np.isfinite(arrays[f"{method}/d_G"][0]) and np.isnan(arrays[f"{method}/d_G"][1])
+        assert list(arrays[f"{method}/status"]) == [STOPPED, NOT_STARTED]
+        assert np.isnan(arrays[f"{method}/d_G"]).all() and np.isnan(arrays[f"{method}/fit_s"]).all()
         assert np.isnan(result[f"{method}/fit_slope"])
     assert list(arrays["exact/status"]) == [PAST_LIMIT, PAST_LIMIT]  # the truth is always computed
     save_study(tmp_path / "run", result, arrays)
     table = draw_scale([tmp_path / "run"], tmp_path / "fig")
     rows = [line for line in table.splitlines() if line.startswith("| nystrom_300 |")]
-    assert rows[0].endswith("| past the limit |") and rows[1].endswith("| did not finish in 1e-09 s |")
+    assert rows[0].endswith("| did not finish in 1e-09 s (stopped at the limit) |")
+    assert rows[1].endswith("| did not finish in 1e-09 s (not started: past the limit at a smaller n) |")
     assert (tmp_path / "fig.png").exists()
+
+
+def test_a_network_past_the_limit_stops_at_its_next_step():
+    result, arrays = scale_study(methods=["basis"], device="cpu", time_limit_s=1e-9, **dict(SMALL, n_iter=10_000))
+    assert list(arrays["basis/status"]) == [STOPPED, NOT_STARTED]
+    assert np.isnan(arrays["basis/d_G"]).all() and np.isnan(result["basis/d_G_ratio"])
+
+
+def test_the_worker_ends_a_call_at_the_limit_and_serves_the_next_in_a_fresh_process():
+    with Worker() as worker:
+        first = worker.run(60, os.getpid)
+        assert worker.run(60, os.getpid) == first != os.getpid()  # one process for calls in turn
+        with pytest.raises(TimeLimitReached):
+            worker.run(0.2, time.sleep, 3600)  # an hour's call, ended at the limit
+        assert worker.run(60, os.getpid) != first
+        with pytest.raises(InputError, match="refused"):
+            worker.run(60, _refuse)  # raised in the caller as itself
+
+
+def _refuse():
+    raise InputError("refused")
+
+
+def test_basis_to_a_target_needs_the_fixed_budget_at_the_smallest_n_and_says_when_none_reaches_it(tmp_path):
+    """The default target is BASiS's d_G at the smallest n and the fixed budget, so that
+    budget, seeded alike, reaches it there exactly; a target no budget reaches is named."""
+    settings = dict(SMALL, methods=["basis", "basis_target"], target_budgets=[20, 5])
+    result, arrays = scale_study(device="cpu", **settings)
+    assert arrays["basis_target/n_iter"][0] == 5
+    assert arrays["basis_target/d_G"][0] == arrays["basis/d_G"][0] == result["basis_target/d_G_target"]
+    assert arrays["basis_target/n_iter"][1] in (5, 20) or np.isnan(arrays["basis_target/n_iter"][1])
+    # the basis curve's fit stands in for the budget it was trained at: training it again is the same run
+    _, alone = scale_study(device="cpu", d_G_target=1.0, **dict(settings, methods=["basis_target"], target_budgets=[5]))
+    np.testing.assert_array_equal(alone["basis_target/d_G"], arrays["basis/d_G"])
+    result, arrays = scale_study(device="cpu", d_G_target=0.0, **dict(settings, methods=["basis_target"]))
+    assert np.isnan(arrays["basis_target/n_iter"]).all() and np.isnan(result["basis_target/largest_n_iter"])
+    save_study(tmp_path / "run", result, arrays)
+    assert "| d_G target 0 not reached by the largest budget |" in draw_scale([tmp_path / "run"], tmp_path / "fig")
+    assert "at some n no budget tried reached it" in scale_claims({"": dict(result, **FLAT)})[1]["measured"]
+
+
+def test_basis_to_a_target_without_a_target_or_basis_is_refused():
+    with pytest.raises(InputError, match="basis_target without basis: give d_G_target"):
+        scale_study(methods=["exact", "basis_target"], device="cpu", **SMALL)
 
 
 def test_the_claims_follow_the_measured_slope_and_ratio(study):
@@ -88,5 +144,5 @@ def test_the_claims_follow_the_measured_slope_and_ratio(study):
         result["basis/d_G_ratio"] <= 1.25,
     ]
     assert "nystrom_300" in rows[0]["measured"] and "sklearn" in rows[0]["measured"]
-    flat = scale_claims({"": dict(result, **{"basis/fit_slope": 0.02, "basis/d_G_ratio": 2.0})})
+    flat = scale_claims({"": {**result, **FLAT, "basis/d_G_ratio": 2.0}})
     assert [row["reproduced"] for row in flat] == [True, False]

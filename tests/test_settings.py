@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from basis import catalog
+from basis.catalog.annotations import matches_annotation
 from basis.catalog.settings import resolve_settings
 from basis.changing_features import FeatureChangeTrainer
 from basis.data.toy_sets import TOY_SETS
@@ -62,10 +63,13 @@ def test_the_catalog_and_settings_import_neither_torch_nor_mlflow():
         ([16, "a"], "tuple[int, ...]", False),
         ({"n_neighbors": 5}, "GraphConfig | dict | None", True),
         ([4, 7, 9], "list[int] | None", True),
+        (["basis", "exact"], 'list[Literal["basis", "exact", "sklearn"]] | None', True),
+        (["basis", "umap"], 'list[Literal["basis", "exact", "sklearn"]] | None', False),
+        ("exact", 'Literal["basis", "exact"]', True),
     ],
 )
 def test_values_are_checked_against_the_annotations(value, annotation, fits):
-    assert catalog.matches_annotation(value, annotation) is fits
+    assert matches_annotation(value, annotation) is fits
 
 
 def test_code_versions_keep_methods_apart():

@@ -68,6 +68,14 @@ def test_every_shipped_config_passes(path):
             "config: experiments.variants.settings.protocol:",
         ),
         ({"experiments__toy__settings": {"n_samples": 900, "epochs": 3}}, "config: experiments.toy: toy takes no"),
+        (
+            {"experiments__scale__settings": {"methods": ["basis", "umap"]}},
+            "config: experiments.scale: methods=['basis', 'umap'] (list) is not valid: expected list[Literal[",
+        ),
+        (
+            {"experiments__scale__settings": {"n_points": [400, 1200], "landmarks": [100, 500]}},
+            "config: experiments.scale: every n of n_points must exceed the largest of landmarks (500), got 400",
+        ),
     ],
 )
 def test_a_config_the_schema_cannot_refuse_is_refused_in_one_line(changes, message):

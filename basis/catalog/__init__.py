@@ -15,11 +15,13 @@ from __future__ import annotations
 import ast
 import hashlib
 import math
+import re
 from collections import Counter
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+from basis.catalog.annotations import check_value
 from basis.catalog.studies import Figure, Study
 from basis.errors import InputError
 
@@ -220,12 +222,28 @@ def _function(tree: ast.Module, name: str) -> ast.FunctionDef:
     return next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
 
 
+def _literal_aliases(tree: ast.Module) -> dict[str, str]:
+    """A module's ``Name = Literal[...]`` aliases: name -> the ``Literal[...]`` they stand for."""
+    return {
+        node.targets[0].id: ast.unparse(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and isinstance(node.targets[0], ast.Name)
+        and isinstance(node.value, ast.Subscript)
+        and getattr(node.value.value, "id", None) == "Literal"
+    }
+
+
 @cache
 def _studies() -> dict[str, dict[str, str]]:
-    return {
-        name: _study_settings(_function(tree, declaration.function))
-        for name, (declaration, tree, _) in _study_sources().items()
-    }
+    studies = {}
+    for name, (declaration, tree, _) in _study_sources().items():
+        aliases = _literal_aliases(tree)
+        settings = _study_settings(_function(tree, declaration.function))
+        for alias, literal in aliases.items():  # the values a setting may take, spelt out
+            settings = {key: re.sub(rf"\b{alias}\b", literal, text) for key, text in settings.items()}
+        studies[name] = settings
+    return studies
 
 
 def study_names() -> list[str]:
@@ -325,6 +343,12 @@ def check_study_settings(name: str, settings: dict[str, Any]) -> None:
         unknown = sorted(set(classes) - set(labels))
         raise InputError(f"classes {unknown} are not labels of {settings['dataset']} ({labels[0]}-{labels[-1]})")
     values = study_defaults(name) | settings
+    points, landmarks = values.get("n_points"), values.get("landmarks")
+    if points and landmarks and "nystrom" in (values.get("methods") or ["nystrom"]) and min(points) <= max(landmarks):
+        # a Nyström extension needs fewer landmarks than points (the scale study)
+        raise InputError(
+            f"every n of n_points must exceed the largest of landmarks ({max(landmarks)}), got {min(points)}"
+        )
     dataset = values.get("dataset")
     if "n_samples" in values and dataset in TOY_SETS:  # the toy protocol: a split, batches with anchors
         batch = values.get("batch_size", TOY_BATCH_SIZE) + TOY_ANCHORS_PER_CLASS * len(CLASS_LABELS[dataset])
@@ -470,51 +494,3 @@ def _module_path(dotted: str) -> Path:
     ``__init__.py`` (a path that does not exist when ``dotted`` names no module)."""
     path = PACKAGE.joinpath(*dotted.split(".")[1:])
     return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
-
-
-# -- types: config and command-line values checked against the annotations ------------------
-def _options(annotation: str) -> list[str]:
-    """``"list[int] | None"`` -> ``["list[int]", "None"]`` (a union's top-level members)."""
-    options, depth, current = [], 0, ""
-    for char in annotation:
-        depth += char == "["
-        depth -= char == "]"
-        if char == "|" and depth == 0:
-            options.append(current.strip())
-            current = ""
-        else:
-            current += char
-    return [*options, current.strip()]
-
-
-def matches_annotation(value: object, annotation: str) -> bool:
-    """Whether a config value fits a source annotation (int, float, bool, str, dict,
-    tuple[...] / list[...], unions with None). Booleans are not integers here."""
-    for option in _options(annotation):
-        if option in ("Any", "Callable", "StepCallback"):
-            return True
-        if option == "None" and value is None:
-            return True
-        if option == "bool" and isinstance(value, bool):
-            return True
-        if isinstance(value, bool):
-            continue
-        if option == "int" and isinstance(value, int):
-            return True
-        if option == "float" and isinstance(value, int | float):
-            return True
-        if option == "str" and isinstance(value, str):
-            return True
-        if option in ("dict", "GraphConfig") and isinstance(value, dict):
-            return True
-        if option.startswith(("tuple[", "list[")) and isinstance(value, list | tuple):
-            inner = _options(option[option.index("[") + 1 : -1].split(",")[0])[0]
-            if all(matches_annotation(item, inner) for item in value):
-                return True
-    return False
-
-
-def check_value(key: str, value: object, annotation: str) -> None:
-    """An InputError naming ``key``, the value and the expected type when they do not fit."""
-    if not matches_annotation(value, annotation):
-        raise InputError(f"{key}={value!r} ({type(value).__name__}) is not valid: expected {annotation}")

@@ -17,12 +17,12 @@ from typing import Any
 from basis.catalog import (
     RUN_PARAMETERS,
     TOY_SETS,
-    check_value,
     method_annotations,
     method_parameters,
     seeds_apart_when,
     seeds_never_together,
 )
+from basis.catalog.annotations import check_value
 from basis.errors import InputError
 from basis.graph.config import GraphConfig, check_choice
 
