@@ -8,11 +8,13 @@ line) on a bad setting.
   training points, ``OLD`` a folder holding an older ``basis/`` for the baseline step.
 - ``paper-scale``: Table 1's protocol at the paper's size, timed end to end.
 - ``shared``: four ``bench step`` processes on one GPU against one alone.
+- ``scale``: the scale study's grid on this device, fit and embedding throughput per n.
 
     python -m benchmarks device gate                              # on the GPU; ~3 minutes on an H200
     DEVICE=cpu STEPS=8 N=900 python -m benchmarks device gate     # its CUDA side on the CPU (CI)
     OUT=results/paper_scale [PARTS="step table1 projection"] python -m benchmarks device paper-scale
     OUT=results/shared python -m benchmarks device shared
+    OUT=results/scale_device [N_POINTS="10000 100000"] python -m benchmarks device scale
 """
 
 from __future__ import annotations
@@ -420,8 +422,45 @@ class _sharing:
                     os.environ[name] = value
 
 
+def scale(args: argparse.Namespace) -> int:
+    """The scale study (``python -m basis study scale``) on this device, its grid of n from
+    N_POINTS (the paper config's: 10k-1M), METHODS (the four networks and the exact
+    embedding), N_ITER (1000) and TIME_LIMIT (600 s a point); then per method and n the fit's
+    and the held-out embedding's points per second, the device's peak memory and d_G, in
+    OUT/summary.txt (OUT default results/scale_device, DEVICE default cuda)."""
+    import numpy as np
+
+    summary = Summary(Path(os.environ.get("OUT", "results/scale_device")).absolute())
+    device = os.environ.get("DEVICE", "cuda")
+    settings = {
+        "n_points": os.environ.get("N_POINTS", "10000 30000 100000 300000 1000000").split(),
+        "methods": os.environ.get("METHODS", "basis diffusion_net specnet1 specnet2 exact").split(),
+    }
+    if device != "cpu":
+        summary.say(_smi("name,memory.total"))
+    command = [*_python(), "-m", "basis", "study", "scale", "--out", str(summary.out / "study"), "--device", device]
+    command += [f"--set={key}=[{', '.join(values)}]" for key, values in settings.items()]
+    command += [f"--set=n_iter={os.environ.get('N_ITER', '1000')}"]
+    command += [f"--set=time_limit_s={os.environ.get('TIME_LIMIT', '600')}"]
+    if summary.run("scale study", command, "study_log"):
+        arrays = np.load(summary.out / "study" / "arrays.npz")
+        for method in (str(m) for m in arrays["curves"]):
+            for i, n in enumerate(arrays["n_points"]):
+                fit_s, transform_s, peak_mb, d_g, held_out = (
+                    arrays[f"{method}/{measure}"][i]
+                    for measure in ("fit_s", "transform_s", "device_peak_mb", "d_G", "points_per_s")
+                )
+                summary.say(
+                    f"{method:>13} n = {int(n):>9,}: fit {fit_s:8.2f} s ({n / fit_s:9.0f} points/s),"
+                    f" held-out {held_out:10.0f} points/s ({transform_s:.3f} s),"
+                    f" device peak {peak_mb:8.1f} MB, d_G {d_g:.3f}"
+                )
+    return summary.close()
+
+
 PARTS = {
     "gate": (no_arguments, gate),
     "paper-scale": (no_arguments, paper_scale),
     "shared": (no_arguments, shared),
+    "scale": (no_arguments, scale),
 }

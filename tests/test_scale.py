@@ -8,6 +8,7 @@ import time
 import numpy as np
 import pytest
 from sklearn.metrics.pairwise import rbf_kernel
+from test_together import siamese_like
 
 from basis.approximate import nystrom_embedding
 from basis.data.clusters import clustered_data
@@ -146,3 +147,17 @@ def test_the_claims_follow_the_measured_slope_and_ratio(study):
     assert "nystrom_300" in rows[0]["measured"] and "sklearn" in rows[0]["measured"]
     flat = scale_claims({"": {**result, **FLAT, "basis/d_G_ratio": 2.0}})
     assert [row["reproduced"] for row in flat] == [True, False]
+
+
+def test_the_study_runs_on_a_data_sets_features_and_refuses_a_grid_they_cannot_hold(tmp_path):
+    """Nearly piecewise-constant Siamese-like features in the features file's true format:
+    the points and labels are the file's (its ten classes set K), both splits pooled."""
+    X, y = siamese_like(n=1500, classes=10)
+    split = {"X_train": X[:1200], "y_train": y[:1200], "X_test": X[1200:], "y_test": y[1200:]}
+    np.savez(tmp_path / "digits.npz", **split, dataset="digits", data_seed=0)
+    settings = dict(SMALL, methods=["basis", "exact", "nystrom"], landmarks=[100], device="cpu")
+    result, arrays = scale_study(dataset="digits", features_dir=str(tmp_path), **settings)
+    assert (arrays["exact/status"] == WITHIN).all() and (arrays["exact/nmi"] > 0.95).all()
+    assert np.isfinite(arrays["basis/d_G"]).all() and np.isfinite(arrays["nystrom_100/d_G"]).all()
+    with pytest.raises(InputError, match="need 1,600 points; digits's features have 1,500"):
+        scale_study(dataset="digits", features_dir=str(tmp_path), **dict(settings, n_points=[600, 1400]))

@@ -76,6 +76,10 @@ def test_every_shipped_config_passes(path):
             {"experiments__scale__settings": {"n_points": [400, 1200], "landmarks": [100, 500]}},
             "config: experiments.scale: every n of n_points must exceed the largest of landmarks (500), got 400",
         ),
+        (
+            {"experiments__scale__settings": {"dataset": "mnist", "n_points": [10000, 70000]}},
+            "config: experiments.scale: n_points up to 70,000 and n_test need more than mnist's 70,000 points",
+        ),
     ],
 )
 def test_a_config_the_schema_cannot_refuse_is_refused_in_one_line(changes, message):

@@ -343,12 +343,8 @@ def check_study_settings(name: str, settings: dict[str, Any]) -> None:
         unknown = sorted(set(classes) - set(labels))
         raise InputError(f"classes {unknown} are not labels of {settings['dataset']} ({labels[0]}-{labels[-1]})")
     values = study_defaults(name) | settings
-    points, landmarks = values.get("n_points"), values.get("landmarks")
-    if points and landmarks and "nystrom" in (values.get("methods") or ["nystrom"]) and min(points) <= max(landmarks):
-        # a Nyström extension needs fewer landmarks than points (the scale study)
-        raise InputError(
-            f"every n of n_points must exceed the largest of landmarks ({max(landmarks)}), got {min(points)}"
-        )
+    if values.get("n_points"):
+        _check_points(values)
     dataset = values.get("dataset")
     if "n_samples" in values and dataset in TOY_SETS:  # the toy protocol: a split, batches with anchors
         batch = values.get("batch_size", TOY_BATCH_SIZE) + TOY_ANCHORS_PER_CLASS * len(CLASS_LABELS[dataset])
@@ -358,6 +354,19 @@ def check_study_settings(name: str, settings: dict[str, Any]) -> None:
                 f"n_samples={values['n_samples']} is too small for {dataset}: its training split must hold a batch"
                 f" of {batch} nodes (batch_size and the anchors); expected n_samples >= {least}"
             )
+
+
+def _check_points(values: dict[str, Any]) -> None:
+    """The scale study's grid of n against what it needs: more points than Nyström's
+    landmarks, and no more than an image set has."""
+    points, landmarks, dataset = values["n_points"], values.get("landmarks"), values.get("dataset")
+    if landmarks and "nystrom" in (values.get("methods") or ["nystrom"]) and min(points) <= max(landmarks):
+        raise InputError(
+            f"every n of n_points must exceed the largest of landmarks ({max(landmarks)}), got {min(points)}"
+        )
+    if dataset in IMAGE_SHAPES and max(points) + values.get("n_test", 0) > sum(IMAGE_SHAPES[dataset][:2]):
+        available = sum(IMAGE_SHAPES[dataset][:2])
+        raise InputError(f"n_points up to {max(points):,} and n_test need more than {dataset}'s {available:,} points")
 
 
 def _toy_training_size(dataset: str, n_samples: int) -> int:

@@ -86,3 +86,17 @@ def study_protocol(
         )
         return data, options, graph_settings, data.n_components
     raise InputError(f"data set {dataset!r} has no BASiS protocol here; valid: {[*TOY_SETS, *FEATURE_SETS]}")
+
+
+def pooled_features(
+    dataset: str, *, features_dir: str | None, data_seed: int, data_root: str, data_source: DataSource | None = None
+) -> tuple[Any, Any, int]:
+    """Every point of a feature set (its Siamese features in ``features_dir``, or a data set
+    of one's own) with its training and test splits pooled in an order seeded by
+    ``data_seed``, their labels, and its number of eigenvectors K."""
+    import numpy as np
+
+    data, _, _ = feature_protocol(dataset, features_dir, None, data_seed, data_root, data_source)
+    X, y = np.concatenate([data.X_train, data.X_test]), np.concatenate([data.y_train, data.y_test])
+    order = np.random.default_rng(data_seed).permutation(len(X))
+    return X[order], y[order], data.n_components

@@ -4,8 +4,9 @@ the exact and approximate alternatives a user would otherwise pick.
 For each n of a grid, every method is fitted on the same n points and scored on the same
 ``n_test`` held-out points against the exact embedding of all n + ``n_test`` points at
 that n (the project's reference path: exact neighbours up to ``exact_neighbors_up_to``,
-FAISS IVF beyond). The data are touching 16-d Gaussian clusters, the Siamese stand-in of
-:func:`basis.data.clusters.clustered_data` (one graph component, K small eigenvalues).
+FAISS IVF beyond). The points are touching 16-d Gaussian clusters, the Siamese stand-in of
+:func:`basis.data.clusters.clustered_data` (one graph component, K small eigenvalues), or a
+data set's own Siamese features.
 
 The methods: the four networks at a fixed iteration budget (held-out points through their
 ``transform``); ``exact`` (its cost is that of the ground truth itself); scikit-learn's
@@ -19,9 +20,8 @@ Each point has a time limit, ``time_limit_s``, for its fit and embedding togethe
 network is stopped at its first training step past it (its set-up is not interrupted);
 scikit-learn and Nyström run in a worker process that is ended at the limit, since
 ARPACK or a factorisation cannot be stopped from within (:mod:`basis.runtime.deadline`).
-Such a point, and every larger n of that method (cost grows with n, so it would take
-longer still), is shown as "did not finish in T", never dropped. The exact embedding is
-the ground truth of every n and always runs to the end.
+Such a point and the larger n of that method are shown as "did not finish in T", never
+dropped. The exact embedding is the ground truth of every n and always runs to the end.
 """
 
 from __future__ import annotations
@@ -30,13 +30,16 @@ import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Literal, NamedTuple, get_args
+from typing import TYPE_CHECKING, Literal, NamedTuple, get_args
 
 import numpy as np
 
 from basis.runtime.memory import host_peak_gb, restart_host_peak
 from basis.studies import ClaimRow, Figure, Study, StudyResult
 from basis.studies.figures import load_study, plt, save_figure
+
+if TYPE_CHECKING:
+    from basis.catalog.data_sources import DataSource
 
 # What the study computes with is imported where it computes: drawing its figure (a
 # workflow job of its own) imports numpy and matplotlib only.
@@ -69,9 +72,13 @@ def scale_study(
     n_clusters: int = 10,
     dim: int = 16,
     spread: float = 1.5,
+    dataset: str | None = None,
+    features_dir: str | None = None,
     seed: int = 0,
     data_seed: int = 0,
     device: str = "auto",
+    data_root: str = "resources/data",
+    data_source: DataSource | None = None,
     callback: Callable | None = None,
 ) -> StudyResult:
     """Every method of ``methods`` (default: all of :data:`ScaleMethod`, ``nystrom`` one
@@ -79,6 +86,9 @@ def scale_study(
     iterations with their Table 1 settings; ``basis_target`` is BASiS at the smallest of
     ``target_budgets`` that brings its d_G down to ``d_G_target`` (default: BASiS's d_G at
     the smallest n after ``n_iter`` iterations), the budgets tried in turn; see the module.
+    The points are the Siamese stand-in, or given ``dataset``, that data set's features
+    (``features_dir``, as Table 1's runs embed them; K its classes), its splits pooled and
+    the first n + ``n_test`` of a seeded order taken at each n.
 
     Metrics: per method its log-log slope of fit seconds against n over the points measured
     within the limit (``<method>/fit_slope``) and the largest such n (``<method>/largest_n``);
@@ -89,18 +99,32 @@ def scale_study(
     ``basis_target/n_iter`` (the budget that reached the target, NaN: none did).
     """
     from basis.data.clusters import clustered_data
+    from basis.errors import InputError
     from basis.runtime import device as devices
     from basis.runtime.deadline import Worker
     from basis.runtime.timing import Progress
+    from basis.studies.protocols import pooled_features
 
     n_points = sorted(n_points)
+    if dataset is not None:
+        pooled, labels, n_clusters = pooled_features(
+            dataset, features_dir=features_dir, data_seed=data_seed, data_root=data_root, data_source=data_source
+        )
+        if n_points[-1] + n_test > len(pooled):
+            raise InputError(
+                f"n_points up to {n_points[-1]:,} and n_test {n_test:,} need {n_points[-1] + n_test:,} points;"
+                f" {dataset}'s features have {len(pooled):,}"
+            )
     curves = _curves(methods or list(get_args(ScaleMethod)), list(landmarks), n_points[0], d_G_target)
     device = devices.resolve_device(device)
     table = _Table(curves, len(n_points), time_limit_s, n_clusters, seed)
     progress = Progress(len(n_points) * len(curves), "scale study:", unit="point")
     with Worker() as worker:  # scikit-learn's and Nyström's, ended at the limit
         for i, n in enumerate(n_points):
-            X, y = clustered_data(n + n_test, dim, n_clusters, data_seed + i, spread=spread)
+            if dataset is None:
+                X, y = clustered_data(n + n_test, dim, n_clusters, data_seed + i, spread=spread)
+            else:
+                X, y = pooled[: n + n_test], labels[: n + n_test]
             exact = _exact_embedding(X, n, n_clusters, exact_neighbors_up_to, device)
             table.record("exact", i, exact, exact.embedding, y[n:])
             fit = partial(_fit_and_embed, X=X, y=y, n=n, n_clusters=n_clusters, seed=seed, device=device, worker=worker)

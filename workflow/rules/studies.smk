@@ -4,6 +4,9 @@
 
 # The studies that train many models in one job (scheduled early: see common.smk).
 LONG_STUDIES = {"variants", "scale"}
+# The studies that measure what a method costs: they get the cores a user would give one
+# job (HEAVY_THREADS, or the --cores given, whichever is fewer), not one of many.
+COST_STUDIES = {"scale"}
 
 for name, study in STUDIES.items():
 
@@ -23,7 +26,7 @@ for name, study in STUDIES.items():
         priority: LONG_JOB_PRIORITY if name in LONG_STUDIES else 0
         conda:
             "../envs/basis.yaml"
-        threads: RUN_THREADS
+        threads: HEAVY_THREADS if name in COST_STUDIES else RUN_THREADS
         resources:
             gpu_slot=GPU_SLOT if study.gpu else 0,
         params:
