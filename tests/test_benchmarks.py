@@ -2,6 +2,7 @@
 and nothing in benchmarks/ but its modules."""
 
 import importlib
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -52,3 +53,19 @@ def test_an_unknown_area_or_part_is_one_line_and_exit_2(capsys):
 def test_listing_the_areas():
     done = subprocess.run([sys.executable, "-m", "benchmarks"], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0 and all(area in done.stdout for area in AREAS)
+
+
+def test_the_scale_device_check_runs_on_the_cpu_and_prints_each_methods_throughput(tmp_path):
+    """``python -m benchmarks device scale`` as a device call runs it, with DEVICE=cpu: one
+    line per method and n, from the study's own arrays."""
+    env = {"DEVICE": "cpu", "N_POINTS": "600 1200", "METHODS": "basis exact", "N_ITER": "5", "OUT": str(tmp_path)}
+    command = [sys.executable, "-m", "benchmarks", "device", "scale"]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env={**os.environ, **env})
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [line for line in (tmp_path / "summary.txt").read_text().splitlines() if "points/s" in line]
+    assert [line.split(":")[0].split() for line in lines] == [
+        ["basis", "n", "=", "600"],
+        ["basis", "n", "=", "1,200"],
+        ["exact", "n", "=", "600"],
+        ["exact", "n", "=", "1,200"],
+    ]

@@ -15,6 +15,7 @@ from basis.data.clusters import clustered_data
 from basis.errors import InputError
 from basis.metrics import grassmann_distance
 from basis.runtime.deadline import TimeLimitReached, Worker
+from basis.runtime.threads import THREAD_VARIABLES
 from basis.studies import save_study
 from basis.studies.scale import (
     NOT_STARTED,
@@ -112,6 +113,22 @@ def test_the_worker_ends_a_call_at_the_limit_and_serves_the_next_in_a_fresh_proc
 
 def _refuse():
     raise InputError("refused")
+
+
+def test_the_worker_keeps_to_the_jobs_thread_budget(monkeypatch):
+    """The solvers in the worker use the cores the job was given: its thread caps reach the
+    worker's BLAS through the environment (limit_threads writes them there)."""
+    for name in THREAD_VARIABLES:
+        monkeypatch.setenv(name, "1")
+    with Worker() as worker:
+        assert worker.run(60, _blas_threads) == 1
+
+
+def _blas_threads() -> int:
+    import numpy  # noqa: F401  (loads its BLAS)
+    from threadpoolctl import threadpool_info
+
+    return max(pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas")
 
 
 def test_basis_to_a_target_needs_the_fixed_budget_at_the_smallest_n_and_says_when_none_reaches_it(tmp_path):
