@@ -19,6 +19,7 @@ from basis.graph import GraphConfig, device_affinity, sparse_affinity
 from basis.runtime import device as devices
 from basis.runtime.outputs import atomic_path
 from basis.spectral import sparse_spectral_embedding
+from basis.spectral.certificate import Certificate, UncertifiedEigenvectors
 
 
 def analytic_embedding(
@@ -58,6 +59,7 @@ def analytic_embedding(
         drop_trivial=settings["drop_trivial"],
         diffusion_time=settings.get("diffusion_time", 1.0),
         solver=eigensolver,
+        report=report,
     )
     report["eigen_seconds"] = time.perf_counter() - start
     return U
@@ -88,15 +90,40 @@ def save_reference(
     and store it with its settings and a fingerprint of the test inputs."""
     n_components = settings["n_components"] or data.n_components
     start, report = time.perf_counter(), {}
-    U = analytic_embedding(data.X_test, settings, n_components, device=device, report=report, eigensolver=eigensolver)
+    try:
+        U = analytic_embedding(
+            data.X_test, settings, n_components, device=device, report=report, eigensolver=eigensolver
+        )
+    except UncertifiedEigenvectors as err:  # nothing is written
+        raise UncertifiedEigenvectors(f"data set {data.name}: {err}") from None
+    certificate = report.pop("certificate")
     meta = {**reference_settings(settings, n_components), "test_inputs": fingerprint(data.X_test)}
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as partial:
         # How it was computed (the neighbour search, its recall) rides along, unchecked on reuse;
         # its timings do not, so that the same settings write the same bytes.
         how = {k: v for k, v in report.items() if not k.endswith("_seconds")}
-        np.savez(partial, embedding=U, settings=json.dumps(meta, sort_keys=True), report=json.dumps(how))
-    return {"seconds": time.perf_counter() - start, "n_test": len(U), **report, **meta}
+        np.savez(
+            partial,
+            embedding=U,
+            settings=json.dumps(meta, sort_keys=True),
+            report=json.dumps(how),
+            certificate=json.dumps(certificate, sort_keys=True),
+        )
+    figures = {f"certificate_{key}": value for key, value in certificate.items()}
+    return {"seconds": time.perf_counter() - start, "n_test": len(U), **report, **meta, **figures}
+
+
+def stored_certificate(path: str | Path) -> Certificate | None:
+    """The certificate stored with a reference (None for a file written before references
+    carried one)."""
+    stored = load_npz(path, (), "reference", optional=("certificate",))
+    if "certificate" not in stored:
+        return None
+    try:
+        return Certificate.from_dict(json.loads(str(stored["certificate"])))
+    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        raise InputError(f"reference {path}: its certificate is not readable ({err}); recompute it") from None
 
 
 def load_reference(path: str | Path, settings: dict[str, Any], n_components: int, X_test: np.ndarray) -> np.ndarray:

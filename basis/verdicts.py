@@ -14,10 +14,18 @@ that is not a distance (†), which is never ranked.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from basis.paper import LOWER_IS_BETTER, MEASURES, NOT_A_DISTANCE, PAPER_VARIANT, not_a_distance
+from basis.catalog import DATASET_LABELS
+from basis.paper import ALL_MEASURES, LOWER_IS_BETTER, MEASURES, NOT_A_DISTANCE, PAPER_VARIANT, not_a_distance
+
+if TYPE_CHECKING:  # the report reads certificates; it needs no eigensolver (nor torch)
+    from basis.spectral.certificate import Certificate
+
+#: Marks a d_G or d_perp measured against a reference whose subspace is not determined.
+NOT_DETERMINED = "‡"
 
 #: How many standard deviations of the seeds a gap must exceed to count.
 SPREAD_STDS = 2.0
@@ -109,4 +117,50 @@ def verdicts_markdown(rows: list[dict]) -> str:
         )
     counts = {key: sum(r["verdict"].startswith(key) for r in rows) for key in ("holds", "fails", "within noise")}
     lines += ["", ", ".join(f"{key}: {count}" for key, count in counts.items()) + f" of {len(rows)} cells."]
+    return "\n".join(lines) + "\n"
+
+
+def undetermined_truths(certificates: dict[str, Certificate | None]) -> dict[str, dict[str, str]]:
+    """The d_G and d_perp cells (every variant) of each data set whose reference's subspace
+    is not determined, with the reason, in :func:`not_available`'s form: such a value is
+    not a measurement, so it is shown n/a and never ranked."""
+    cells = {}
+    for dataset, certificate in certificates.items():
+        if certificate is not None and not certificate.determined:
+            why = (
+                f"{NOT_DETERMINED} the reference's subspace is not determined (eigengap {certificate.eigengap:.1e},"
+                f" d_G bound {certificate.d_G_bound:.1e}): not a measurement"
+            )
+            cells[dataset] = {m: why for m in ALL_MEASURES if LOWER_IS_BETTER[m]}
+    return cells
+
+
+def merge_unavailable(*sources: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+    """Cells that cannot be shown, from several reasons (the first reason a cell has wins)."""
+    merged: dict[str, dict[str, str]] = {}
+    for source in sources:
+        for dataset, cells in source.items():
+            merged[dataset] = {**cells, **merged.get(dataset, {})}
+    return merged
+
+
+def certificates_markdown(certificates: dict[str, Certificate | None]) -> str:
+    """One line per data set on the ground truth every d_G and d_perp is measured against:
+    its reference's certificate (:class:`~basis.spectral.certificate.Certificate`), or that
+    the stored file predates certificates."""
+    lines = ["## The ground truth (each data set's reference embedding)", ""]
+    for dataset, certificate in certificates.items():
+        label = DATASET_LABELS.get(dataset, dataset)
+        if certificate is None:
+            lines.append(f"- {label}: not certified (stored before references carried a certificate; recompute it)")
+        else:
+            lines.append(f"- {label}: {certificate.summary()}")
+    undetermined = [d for d, c in certificates.items() if c is not None and not c.determined]
+    if undetermined:
+        lines += [
+            "",
+            f"{NOT_DETERMINED} The eigengap after the K-th eigenvalue of {', '.join(undetermined)} is too small for its"
+            " subspace to be determined (Davis-Kahan bound on d_G above 1e-6): its d_G and d_perp are not"
+            " measurements and are marked so.",
+        ]
     return "\n".join(lines) + "\n"

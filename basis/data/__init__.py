@@ -268,10 +268,13 @@ def load_dataset(
     return load_toy(name, seed=seed, **options)
 
 
-def load_npz(path: str | Path, keys: tuple[str, ...], what: str) -> dict[str, np.ndarray]:
-    """The arrays ``keys`` of an ``.npz`` written by this package, or an InputError that
-    names the file, what it should be and what is wrong with it (missing, not an .npz,
-    empty or truncated, keys missing). Pickled objects are refused."""
+def load_npz(
+    path: str | Path, keys: tuple[str, ...], what: str, optional: tuple[str, ...] = ()
+) -> dict[str, np.ndarray]:
+    """The arrays ``keys`` (and those of ``optional`` that it holds) of an ``.npz`` written
+    by this package, or an InputError that names the file, what it should be and what is
+    wrong with it (missing, not an .npz, empty or truncated, keys missing). Pickled objects
+    are refused."""
     path = Path(path)
     check_path_length(path, what)
     if not path.is_file():
@@ -284,7 +287,7 @@ def load_npz(path: str | Path, keys: tuple[str, ...], what: str) -> dict[str, np
             missing = sorted(set(keys) - set(stored.files))
             if missing:
                 raise InputError(f"{what} {path} lacks {missing} (it has {sorted(stored.files)})")
-            return {key: stored[key] for key in keys}
+            return {key: stored[key] for key in (*keys, *optional) if key in stored.files}
     except InputError:
         raise
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:

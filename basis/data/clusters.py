@@ -38,3 +38,19 @@ def low_rank_clusters(n: int, n_clusters: int = 10, dim: int = 16, seed: int = 0
     centres = rng.normal(size=(n_clusters, 4)) @ rng.normal(size=(4, dim))
     y = np.arange(n) % n_clusters
     return (centres[y] + 0.1 * rng.normal(size=(n, dim))).astype(np.float32), y
+
+
+def separated_clusters(
+    n_clusters: int, per_cluster: int, separation: float, dim: int = 16, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """Tight clusters (noise 0.1) whose nearest centres are ``separation`` apart: the
+    features of a well-trained Siamese network. With fewer points per cluster than a kNN
+    graph's neighbours, its cross-cluster weights fall from ~1e-2 (separation 2.5) through
+    ~1e-28 (8) to exactly 0 (underflow, 30): K nearly equal eigenvalues near 0, then a
+    large gap."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(n_clusters, dim))
+    distances = np.linalg.norm(centres[:, None] - centres[None], axis=2)[np.triu_indices(n_clusters, 1)]
+    centres *= separation / distances.min()
+    y = np.repeat(np.arange(n_clusters), per_cluster)
+    return (centres[y] + 0.1 * rng.normal(size=(len(y), dim))).astype(np.float32), y

@@ -3,9 +3,13 @@
 - :mod:`~basis.spectral.dense`: a batch's operators, components and eigenvectors (dense,
   or by a Chebyshev-filtered subspace iteration);
 - :mod:`~basis.spectral.sparse`: a whole data set's, from its sparse graph (Lanczos on the
-  host, or a Chebyshev-filtered block iteration on the graph's device).
+  host, or a Chebyshev-filtered block iteration on the graph's device);
+- :mod:`~basis.spectral.certificate`: how far a solve's eigenvectors can be from the exact
+  ones, measured on the operator.
 """
 
+from basis.spectral.certificate import Certificate, UncertifiedEigenvectors, certify
+from basis.spectral.chebyshev import chebyshev_eigensolve
 from basis.spectral.dense import (
     ON_DISCONNECTED,
     OPERATORS,
@@ -28,9 +32,12 @@ from basis.spectral.dense import (
     spectral_embedding,
     transition_matrix,
 )
-from basis.spectral.sparse import chebyshev_eigensolve, laplacian_operator, sparse_spectral_embedding
+from basis.spectral.sparse import laplacian_operator, sparse_spectral_embedding
 
 __all__ = [
+    "Certificate",
+    "UncertifiedEigenvectors",
+    "certify",
     "ON_DISCONNECTED",
     "OPERATORS",
     "DisconnectedGraphWarning",

@@ -5,7 +5,10 @@ device, with the same signs and the same check for a disconnected graph as a bat
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
+from functools import partial
+from typing import Any
 
 import numpy as np
 import scipy.linalg
@@ -17,6 +20,8 @@ import torch
 from basis.catalog import SPARSE_SOLVERS
 from basis.errors import InputError
 from basis.graph import csr_rows, csr_tensor
+from basis.spectral.certificate import Certificate, UncertifiedEigenvectors, certify
+from basis.spectral.chebyshev import chebyshev_eigensolve
 from basis.spectral.dense import (
     _check_request,
     check_connected,
@@ -24,6 +29,8 @@ from basis.spectral.dense import (
     fix_signs,
     remove_trivial,
 )
+
+log = logging.getLogger(__name__)
 
 
 def sparse_spectral_embedding(
@@ -37,28 +44,81 @@ def sparse_spectral_embedding(
     tol: float = 1e-8,
     seed: int = 0,
     solver: str = "arpack",
+    report: dict[str, Any] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Leading eigenvectors of a whole-data-set sparse graph.
+    """Leading eigenvectors of a whole-data-set sparse graph, certified.
 
     Same conventions as :func:`spectral_embedding`. ``solver`` ``"arpack"`` runs Lanczos
     (ARPACK) on the host; ``"chebyshev"`` a Chebyshev-filtered block iteration
     (:func:`chebyshev_eigensolve`) on the device of ``W`` (a torch sparse CSR tensor, from
     :func:`~basis.graph.device_affinity`; a scipy matrix is solved on the CPU). The start
     is drawn from ``seed`` so that the result is reproducible. Returns numpy arrays.
+
+    Every solve is checked by its :class:`~basis.spectral.certificate.Certificate`
+    (residuals, orthonormality, and the eigengap on the subspace's complement, which
+    exposes a missed eigenvalue). Lanczos from one start vector misses members of a
+    cluster of nearly equal eigenvalues, which a graph whose classes are joined only by
+    tiny weights has near 0, while its residuals stay tiny; where ARPACK's certificate
+    fails, the block iteration (whose convergence depends on the gap after the block, not
+    within it) solves the graph again on the CPU. A graph neither solver certifies raises
+    :class:`~basis.spectral.certificate.UncertifiedEigenvectors`. ``report``, when given,
+    receives the certificate's figures under ``"certificate"``.
     """
     if solver not in SPARSE_SOLVERS:
         raise InputError(f"solver must be one of {list(SPARSE_SOLVERS)}, got {solver!r}")
+    W = _as_torch_csr(W) if solver == "chebyshev" else _as_scipy_csr(W)
+    n_eig = _check_request(operator, n_components, W.shape[0], drop_trivial)
+    n_null, labels = check_connected(W, n_eig, on_disconnected)
+    layout = {"operator": operator, "drop_trivial": drop_trivial, "diffusion_time": diffusion_time}
+    chebyshev = partial(_device_sparse_embedding, n_eig=n_eig, n_null=n_null, seed=seed, **layout)
     if solver == "chebyshev":
-        return _device_sparse_embedding(
-            W, n_components, operator, drop_trivial, diffusion_time, on_disconnected, seed=seed
-        )
+        vecs, vals, certificate = chebyshev(W, labels=torch.as_tensor(labels))
+    else:
+        vecs, vals, certificate = _host_sparse_embedding(W, n_eig, n_null, labels, tol=tol, seed=seed, **layout)
+        if not certificate.passed:
+            log.warning("%s; solving again with the Chebyshev block iteration", certificate.summary())
+            vecs, vals, certificate = chebyshev(_as_torch_csr(W), labels=torch.as_tensor(labels))
+    if report is not None:
+        report["certificate"] = certificate.to_dict()
+    if not certificate.passed:
+        raise UncertifiedEigenvectors(certificate.summary())
+    return vecs, vals
+
+
+def _as_scipy_csr(W: sp.spmatrix | torch.Tensor) -> sp.csr_matrix:
     if isinstance(W, torch.Tensor):
         W = W.cpu()
         W = sp.csr_matrix((W.values().numpy(), W.col_indices().numpy(), W.crow_indices().numpy()), shape=W.shape)
+    return sp.csr_matrix(W, dtype=np.float64)
+
+
+def _as_torch_csr(W: sp.spmatrix | torch.Tensor) -> torch.Tensor:
+    if isinstance(W, torch.Tensor):
+        return W
     W = sp.csr_matrix(W, dtype=np.float64)
+    return csr_tensor(
+        torch.from_numpy(W.indptr.astype(np.int64)),
+        torch.from_numpy(W.indices.astype(np.int64)),
+        torch.from_numpy(W.data),
+        W.shape,
+    )
+
+
+def _host_sparse_embedding(
+    W: sp.csr_matrix,
+    n_eig: int,
+    n_null: int,
+    labels: np.ndarray,
+    *,
+    operator: str,
+    drop_trivial: bool,
+    diffusion_time: float,
+    tol: float,
+    seed: int,
+) -> tuple[np.ndarray, np.ndarray, Certificate]:
+    """:func:`sparse_spectral_embedding` by ARPACK, with the certificate of the Laplacian's
+    ``n_eig`` smallest eigenpairs it found."""
     n = W.shape[0]
-    n_eig = _check_request(operator, n_components, n, drop_trivial)
-    n_null, labels = check_connected(W, n_eig, on_disconnected)
     degrees = np.asarray(W.sum(axis=1)).ravel()
     if operator == "unnormalized":
         lap, shift = sp.diags(degrees) - W, 2.0 * degrees.max()
@@ -88,13 +148,13 @@ def sparse_spectral_embedding(
             vals, vecs = np.concatenate([vals, rest_vals]), np.hstack([vecs, rest_vecs])
     order = np.argsort(shift - vals)
     vals, vecs = (shift - vals)[order], vecs[:, order]
+    apply = lambda X: torch.from_numpy(lap @ X.numpy())  # noqa: E731
+    certificate = certify(apply, torch.from_numpy(vals), torch.from_numpy(vecs), shift, solver="arpack", seed=seed)
     if drop_trivial:
         trivial = np.ones(n) if operator == "unnormalized" else np.sqrt(degrees)
-        vals, vecs = remove_trivial(
-            torch.from_numpy(vecs), torch.from_numpy(trivial), lambda Q: torch.from_numpy(lap @ Q.numpy())
-        )
+        vals, vecs = remove_trivial(torch.from_numpy(vecs), torch.from_numpy(trivial), apply)
         vals, vecs = vals.numpy(), vecs.numpy()
-    return _signed_coordinates(vals, vecs, degrees, operator, diffusion_time)
+    return (*_signed_coordinates(vals, vecs, degrees, operator, diffusion_time), certificate)
 
 
 def _signed_coordinates(vals, vecs, degrees, operator: str, diffusion_time: float):
@@ -130,89 +190,25 @@ def laplacian_operator(W: torch.Tensor, operator: str) -> tuple[Callable, torch.
     return (lambda X: X - scaled @ X), degrees, 2.0
 
 
-def chebyshev_eigensolve(
-    apply: Callable[[torch.Tensor], torch.Tensor],
-    n: int,
-    n_eig: int,
-    upper: float,
-    *,
-    device: torch.device | str = "cpu",
-    null: torch.Tensor | None = None,
-    seed: int = 0,
-    tol: float = 1e-10,
-    degree: int = 12,
-    max_iterations: int = 500,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The ``n_eig`` smallest eigenpairs of a symmetric positive semi-definite operator
-    ``apply`` (spectrum in [0, ``upper``]) by Chebyshev-filtered subspace iteration
-    (Zhou and Saad, 2007) on ``device``, for a whole data set's sparse Laplacian.
-
-    A block of ``2 n_eig`` (at least ``n_eig + 8``) vectors, drawn from ``seed``, is
-    filtered by a Chebyshev polynomial of ``degree`` that damps [cut, upper] (cut: the
-    block's largest Ritz value) and re-orthonormalised (QR); a Rayleigh-Ritz step after
-    each filter gives the Ritz pairs. It stops when every wanted pair's residual norm is
-    at most ``tol * upper``. ``null``, orthonormal columns, is an invariant subspace kept
-    out of the block (a disconnected graph's null space, written down by the caller).
-    """
-    block = min(max(2 * n_eig, n_eig + 8), n - (0 if null is None else null.shape[1]))
-    generator = torch.Generator().manual_seed(seed)
-    # float64 on a GPU too: this is the yardstick every d_G is measured against, solved
-    # once per data set to a residual of 1e-10 (float32 stalls near 1e-6), not a hot loop.
-    X = torch.randn(n, block, generator=generator, dtype=torch.float64).to(device)
-
-    def deflate(Y: torch.Tensor) -> torch.Tensor:
-        return Y if null is None else Y - null @ (null.T @ Y)
-
-    X = torch.linalg.qr(deflate(X)).Q
-    for _ in range(max_iterations):
-        applied = deflate(apply(X))
-        theta, rotation = torch.linalg.eigh(X.T @ applied)
-        X, applied = X @ rotation, applied @ rotation
-        residual = torch.linalg.norm(applied[:, :n_eig] - X[:, :n_eig] * theta[:n_eig], dim=0).max()
-        if float(residual) <= tol * upper:
-            return theta[:n_eig], X[:, :n_eig]
-        cut = float(theta[-1])
-        centre, half_width = (upper + cut) / 2, (upper - cut) / 2
-        # T_degree((L - centre) / half_width) X by the three-term recurrence. The filter
-        # grows what lies below the cut, ``null`` (eigenvalue 0) the most, so the rounding
-        # that re-enters it is projected out at every degree.
-        previous, current = X, (apply(X) - centre * X) / half_width
-        for _ in range(degree - 1):
-            previous, current = current, deflate(2.0 * (apply(current) - centre * current) / half_width - previous)
-        X = torch.linalg.qr(current).Q
-    raise RuntimeError(
-        f"the Chebyshev eigensolver did not reach a residual of {tol * upper:.1e} in {max_iterations} iterations"
-        f" (last {float(residual):.1e}); use solver='arpack'"
-    )
-
-
 def _device_sparse_embedding(
-    W: sp.spmatrix | torch.Tensor,
-    n_components: int,
+    W: torch.Tensor,
+    *,
+    n_eig: int,
+    n_null: int,
+    labels: torch.Tensor,
     operator: str,
     drop_trivial: bool,
     diffusion_time: float,
-    on_disconnected: str,
-    *,
     seed: int,
-) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`sparse_spectral_embedding` with ``solver="chebyshev"``, on W's device."""
-    if not isinstance(W, torch.Tensor):
-        W = sp.csr_matrix(W, dtype=np.float64)
-        W = csr_tensor(
-            torch.from_numpy(W.indptr.astype(np.int64)),
-            torch.from_numpy(W.indices.astype(np.int64)),
-            torch.from_numpy(W.data),
-            W.shape,
-        )
+) -> tuple[np.ndarray, np.ndarray, Certificate]:
+    """:func:`sparse_spectral_embedding` by the Chebyshev block iteration on W's device,
+    with the certificate of the Laplacian's ``n_eig`` smallest eigenpairs it found."""
     n = W.shape[0]
-    n_eig = _check_request(operator, n_components, n, drop_trivial)
-    n_null, labels = check_connected(W, n_eig, on_disconnected)
     apply, degrees, upper = laplacian_operator(W, operator)
     trivial = torch.ones_like(degrees) if operator == "unnormalized" else degrees.sqrt()
     null = None
     if n_null > 1:  # the null space, one vector per component, written down (as for ARPACK)
-        _, component = torch.unique(labels, return_inverse=True)
+        _, component = torch.unique(labels.to(W.device), return_inverse=True)
         null = torch.zeros(n, n_null, dtype=torch.float64, device=W.device)
         null[torch.arange(n, device=W.device), component] = trivial
         null = null / torch.linalg.norm(null, dim=0, keepdim=True)
@@ -225,7 +221,8 @@ def _device_sparse_embedding(
         if null is not None:
             vals = torch.cat([torch.zeros(n_null, dtype=vals.dtype, device=vals.device), vals])
             vecs = torch.cat([null, vecs], dim=1)
+    certificate = certify(apply, vals, vecs, upper, solver="chebyshev", seed=seed)
     if drop_trivial:
         vals, vecs = remove_trivial(vecs, trivial, apply)
     vecs, vals = _signed_coordinates(vals, vecs, degrees, operator, diffusion_time)
-    return vecs.cpu().numpy(), vals.cpu().numpy()
+    return vecs.cpu().numpy(), vals.cpu().numpy(), certificate

@@ -19,6 +19,7 @@ rule table1:
             method=config["methods"],
             seed=range(config["seeds"]),
         ),
+        references=expand("results/references/{dataset}.npz", dataset=config["datasets"]),
     output:
         markdown=update("results/paper/table1.md"),
         html=update(report("results/paper/table1.html", caption="../report/table1.rst", category="Table 1")),
@@ -147,6 +148,7 @@ rule comparison:
         runs=rules.table1.input.metrics,
         knn="results/paper/knn_sensitivity.csv",
         ablation="results/paper/ablation.csv",
+        references=expand("results/references/{dataset}.npz", dataset=config["datasets"]),
         studies=[f"results/{study_folder(name, run)}/metrics.json" for name, runs in STUDY_RUNS.items() for run in runs],
     output:
         markdown=update("results/paper/comparison.md"),

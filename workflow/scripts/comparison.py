@@ -9,11 +9,24 @@ smk = snakemake  # noqa: F821 (injected by Snakemake)
 # The library comes from this checkout, whatever environment runs the job.
 sys.path.insert(0, str(Path(smk.scriptdir).parents[1]))
 
-from basis.paper import claims_markdown, comparison_markdown, markdown_to_html, not_available, paper_claims
+from basis.paper import (
+    claims_markdown,
+    comparison_markdown,
+    markdown_to_html,
+    not_available,
+    paper_claims,
+)
+from basis.references import stored_certificate
 from basis.runtime.jobs import job_log
 from basis.runtime.outputs import read_metrics, write_text
 from basis.tracking import tracked_run
-from basis.verdicts import table1_verdicts, verdicts_markdown
+from basis.verdicts import (
+    certificates_markdown,
+    merge_unavailable,
+    table1_verdicts,
+    undetermined_truths,
+    verdicts_markdown,
+)
 
 with job_log(smk.log[0], smk.output):
     table1 = pd.read_csv(smk.input.table1, header=[0, 1], index_col=[0, 1])
@@ -22,14 +35,26 @@ with job_log(smk.log[0], smk.output):
     studies = {name: {run: read_metrics(next(paths)) for run in runs} for name, runs in smk.params.studies.items()}
     rows = paper_claims(studies, knn=pd.read_csv(smk.input.knn), ablation=pd.read_csv(smk.input.ablation))
     # which Table 1 cells a data set cannot have (NMI without labels), and why
-    unavailable = not_available((Path(path).parts[-4], read_metrics(path)) for path in smk.input.runs)
+    certificates = {Path(path).stem: stored_certificate(path) for path in smk.input.references}
+    unavailable = merge_unavailable(
+        not_available((Path(path).parts[-4], read_metrics(path)) for path in smk.input.runs),
+        undetermined_truths(certificates),
+    )
     verdicts = table1_verdicts(table1, unavailable)  # Table 1's own claim: BASiS best, cell by cell
-    text = comparison_markdown(table1, unavailable) + "\n" + verdicts_markdown(verdicts) + "\n" + claims_markdown(rows)
+    text = "\n".join(
+        [
+            comparison_markdown(table1, unavailable),
+            certificates_markdown(certificates),
+            verdicts_markdown(verdicts),
+            claims_markdown(rows),
+        ]
+    )
     write_text(smk.output.markdown, text)
     write_text(smk.output.html, markdown_to_html(text))
     tags = dict(tag.split("=", 1) for tag in smk.params.tags)
     with tracked_run(smk.params.experiment, "comparison", tags) as run:
         run.log_metrics({"claims_reproduced": sum(r["reproduced"] for r in rows), "claims": len(rows)})
+        run.log_metrics({"references_certified": sum(c is not None and c.passed for c in certificates.values())})
         run.log_metrics(
             {f"table1_{key}": sum(r["verdict"].startswith(key) for r in verdicts) for key in ("holds", "fails")}
         )

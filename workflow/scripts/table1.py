@@ -11,11 +11,19 @@ smk = snakemake  # noqa: F821 (injected by Snakemake)
 # The library comes from this checkout, whatever environment runs the job.
 sys.path.insert(0, str(Path(smk.scriptdir).parents[1]))
 
-from basis.paper import markdown_to_html, not_available, summarize, table_latex, table_markdown
+from basis.paper import (
+    markdown_to_html,
+    not_available,
+    summarize,
+    table_latex,
+    table_markdown,
+)
+from basis.references import stored_certificate
 from basis.runtime.jobs import job_log
 from basis.runtime.outputs import read_metrics, write_text
 from basis.studies.figures import embedding_picture
 from basis.tracking import client, ensure_experiments, summarise_seeds, tracked_run
+from basis.verdicts import merge_unavailable, undetermined_truths
 
 with job_log(smk.log[0], smk.output):
     rows, folders, metrics = [], {}, []
@@ -26,7 +34,8 @@ with job_log(smk.log[0], smk.output):
         rows.append({"dataset": dataset, "method": method, "seed": seed, **scores})
         folders[dataset, method, seed] = path.parent
     summary = summarize(pd.DataFrame(rows))
-    table = table_markdown(summary, not_available(metrics))
+    certificates = {Path(path).stem: stored_certificate(path) for path in smk.input.references}
+    table = table_markdown(summary, merge_unavailable(not_available(metrics), undetermined_truths(certificates)))
     write_text(smk.output.csv, summary.to_csv())
     write_text(smk.output.markdown, table)
     write_text(smk.output.html, markdown_to_html(table))
