@@ -32,7 +32,7 @@ from basis import metrics
 from basis.catalog.settings import EVALUATION_KEYS, resolve_settings
 from basis.data import Dataset
 from basis.errors import InputError
-from basis.estimators import SpecNet2, SpectralEstimator, make_estimator
+from basis.estimators import SpecNet2, SpectralEstimator, default_parameter, make_estimator
 from basis.graph import sparse_affinity
 from basis.references import analytic_embedding, check_graph_size, load_reference
 from basis.runtime.timing import timed
@@ -62,7 +62,8 @@ def build_estimator(method: str, data: Dataset, settings: dict[str, Any], **run:
     n_components = settings["n_components"] or data.n_components
     if not data.labelled and params.get("anchors", "stratified") == "stratified" and method in ANCHORED_METHODS:
         # no classes to draw anchors from: as many drawn at random as K classes would give
-        params |= {"anchors": "random", "n_anchors": params["anchors_per_class"] * n_components}
+        per_class = params.get("anchors_per_class", default_parameter(method, "anchors_per_class"))
+        params |= {"anchors": "random", "n_anchors": per_class * n_components}
     return make_estimator(method, n_components=n_components, **{**params, **run})
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from conftest import refused
 from own_data import write_image_folder, write_tables
 from PIL import Image
@@ -182,6 +183,18 @@ def test_an_unlabelled_table_runs_with_random_anchors_and_says_what_it_lacks(own
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     assert metrics["not_available"] == UNLABELLED_UNAVAILABLE
     assert np.load(tmp_path / "run" / "embedding.npz").files == ["test", "reference"]
+
+
+def test_an_unlabelled_run_as_the_readme_writes_it_takes_basis_default_anchors(own, tmp_path, capsys, monkeypatch):
+    """No ``anchors_per_class`` given (the README's command): BASiS's own default, 25 a
+    component, drawn at random (it ended in a KeyError)."""
+    data = ["--data", str(own["unlabelled"]), "--n-components", "2"]
+    settings = ["n_iter=3", "batch_size=300"]
+    out = _run_json(["run", "--method", "basis", *data, "--out", "o", *(f"--set={s}" for s in settings)],
+                    tmp_path, capsys, monkeypatch)  # fmt: skip
+    assert out["d_G"] >= 0
+    params = torch.load(tmp_path / "o" / "model.pt", weights_only=True)["params"]
+    assert params["anchors"] == "random" and params["n_anchors"] == 2 * 25
 
 
 def test_tables_and_the_comparison_show_what_unlabelled_data_lacks_and_why():

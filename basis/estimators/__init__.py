@@ -7,7 +7,14 @@
 here whose class joins :data:`METHODS` with ``@register("name")``, plus its import below.
 """
 
-from basis.estimators.base import METHODS, SpectralEstimator, check_features, make_estimator, register
+from basis.estimators.base import (
+    METHODS,
+    SpectralEstimator,
+    check_features,
+    default_parameter,
+    make_estimator,
+    register,
+)
 from basis.estimators.basis import BASiS, basis_loss
 from basis.estimators.diffusion_net import DiffusionNet
 from basis.estimators.specnet2 import SpecNet2, deflate_trivial, specnet2_loss, specnet2_rotation
@@ -27,6 +34,7 @@ __all__ = [
     "StepTimer",
     "basis_loss",
     "check_features",
+    "default_parameter",
     "deflate_trivial",
     "make_estimator",
     "register",

@@ -65,6 +65,11 @@ def make_estimator(method: str, **params: Any) -> SpectralEstimator:
     return cls(**params)
 
 
+def default_parameter(method: str, name: str) -> Any:
+    """The default of ``method``'s parameter ``name`` (its ``__init__``'s)."""
+    return inspect.signature(METHODS[method]).parameters[name].default
+
+
 def check_features(X: Any, name: str = "X") -> np.ndarray:
     """A finite 2-D float32 array, or a ValueError that says what is wrong (scikit-learn's
     checks and messages for shape, sparse and complex input; rows with NaN or inf counted)."""
