@@ -40,13 +40,15 @@ LOWER_IS_BETTER = {m: m.startswith(("d_G", "d_perp")) for m in ALL_MEASURES}
 
 
 def not_a_distance(row: pd.Series) -> bool:
-    """Whether a summary row's ``d_G_code`` is not a distance: on average over its seeds,
-    one of its two bases is skewed beyond :data:`basis.metrics.SKEW_LIMIT`
-    (``d_G_code_skew``). Such a value is marked and never bolded, ranked or compared."""
+    """Whether a summary row's ``d_G_code`` is not a distance: in one of its seeds (or on
+    average) a basis is skewed beyond :data:`basis.metrics.SKEW_LIMIT` (``d_G_code_skew``) or
+    the value is negative (see :func:`summarize`). Such a value is marked and never bolded,
+    ranked or compared, however many seeds it has."""
     from basis.metrics import SKEW_LIMIT
 
-    skew = row.get(("d_G_code_skew", "mean"), float("nan"))
-    return not math.isnan(skew) and skew > SKEW_LIMIT
+    nan = float("nan")
+    skew = max(row.get(("d_G_code_skew", "mean"), nan), row.get(("d_G_code_skew", "max"), nan))
+    return skew > SKEW_LIMIT or row.get(("d_G_code", "min"), nan) < 0  # False on NaN
 
 
 _T1 = {  # measure -> method -> (mnist, fashion_mnist, svhn, cifar10) as (mean, std)
@@ -121,9 +123,22 @@ def _unavailable_note(unavailable: dict[str, dict[str, str]]) -> list[str]:
 
 
 def summarize(runs: pd.DataFrame) -> pd.DataFrame:
-    """Mean and sample std over seeds for every (dataset, method) and measure."""
+    """Mean, sample std and number of seeds for every (dataset, method) and measure, and the
+    seeds' largest ``d_G_code_skew`` and lowest ``d_G_code``: one seed that is not a distance
+    makes its mean one that must not be ranked (:func:`not_a_distance`)."""
     runs = runs.reindex(columns=[*runs.columns, *(m for m in ALL_MEASURES if m not in runs.columns)])
-    return runs.groupby(["dataset", "method"])[list(ALL_MEASURES)].agg(["mean", "std"])
+    seeds = runs.groupby(["dataset", "method"])
+    summary = seeds[list(ALL_MEASURES)].agg(["mean", "std", "count"])
+    summary["d_G_code_skew", "max"] = seeds["d_G_code_skew"].max()
+    summary["d_G_code", "min"] = seeds["d_G_code"].min()
+    return summary
+
+
+def _seed_count(row: pd.Series, measure: str) -> str:
+    """`` (2 of 3 seeds)`` where fewer of the row's seeds measured ``measure`` than others."""
+    counts = {m: row[m, "count"] for m, stat in row.index if stat == "count"}
+    most = max(counts.values(), default=0)
+    return f" ({counts[measure]:.0f} of {most:.0f} seeds)" if 0 < counts.get(measure, most) < most else ""
 
 
 def _best_methods(summary: pd.DataFrame, measures: tuple[str, ...] = MEASURES) -> set[tuple[str, str, str]]:
@@ -161,7 +176,7 @@ def table_markdown(summary: pd.DataFrame, unavailable: dict[str, dict[str, str]]
         for (dataset, method), row in summary.iterrows():
             cells = []
             for m in measures:
-                text = mean_std(row[(m, "mean")], row[(m, "std")])
+                text = mean_std(row[(m, "mean")], row[(m, "std")]) + _seed_count(row, m)
                 if m in unavailable.get(dataset, {}):
                     text = NOT_AVAILABLE
                 if m == "d_G_code" and not_a_distance(row):
@@ -171,8 +186,8 @@ def table_markdown(summary: pd.DataFrame, unavailable: dict[str, dict[str, str]]
         lines.append("")
     lines.append(
         f"{NOT_A_DISTANCE} not a distance: the output's or the aligned reference's columns are skewed"
-        " (d_G_code_skew, the larger d_perp_colnorm of the two, above 0.1 on average), so the"
-        " column-normalised value is not ranked. d_G_code is the authors' computation: it needs"
+        " (d_G_code_skew, the larger d_perp_colnorm of the two, above 0.1 in a seed) or a seed's value"
+        " is negative, so the column-normalised mean is not ranked. d_G_code is the authors' computation: it needs"
         " `evaluation: authors` (a dash otherwise)."
     )
     lines += _unavailable_note(unavailable)
@@ -244,8 +259,8 @@ def comparison_markdown(summary: pd.DataFrame, unavailable: dict[str, dict[str, 
         " (`d_G_code`, from runs with `evaluation: authors`), d_perp on column-normalised outputs and not"
         " squared, NMI with the arithmetic-mean normaliser, and a linear probe (Adam, lr 1e-4, 100 epochs)"
         " that barely trains. A column-normalised d_G is a distance only between orthonormal bases: where"
-        f" either basis is skewed (d_G_code_skew above 0.1, shown beside it) it is marked {NOT_A_DISTANCE} and"
-        " not compared."
+        f" either basis is skewed (d_G_code_skew above 0.1 in a seed, shown beside it) or a seed's value is"
+        f" negative, it is marked {NOT_A_DISTANCE} and not compared."
         " `ours, same variant`"
         " is computed that way and is what `difference` and `within 2σ` compare; `ours, paper's equation`"
         " follows the equations (and a converged probe). Data sets the paper does not report (digits, toy sets)"
@@ -257,7 +272,7 @@ def comparison_markdown(summary: pd.DataFrame, unavailable: dict[str, dict[str, 
     ]
 
     def cell(row: pd.Series, measure: str) -> str:
-        return mean_std(row[(measure, "mean")], row[(measure, "std")])
+        return mean_std(row[(measure, "mean")], row[(measure, "std")]) + _seed_count(row, measure)
 
     for (dataset, method), row in summary.iterrows():
         for measure in MEASURES:
@@ -280,10 +295,10 @@ def comparison_markdown(summary: pd.DataFrame, unavailable: dict[str, dict[str, 
                 continue
             mean = row[(variant, "mean")]
             if variant == "d_G_code" and not_a_distance(row):
-                skew = row[("d_G_code_skew", "mean")]
+                skew, lowest = row.get(("d_G_code_skew", "max"), mean), row.get(("d_G_code", "min"), mean)
                 lines.append(
-                    f"| {dataset} | {method} | {measure} | {paper[0]:.3f} ± {paper[1]:.3f} | {same} |"
-                    f" — | not a distance (skew {skew:.3f}) | {equation} |"
+                    f"| {dataset} | {method} | {measure} | {paper[0]:.3f} ± {paper[1]:.3f} | {same} | — |"
+                    f" not a distance (seeds' largest skew {skew:.3f}, lowest value {lowest:.3f}) | {equation} |"
                 )
                 continue
             within = abs(mean - paper[0]) <= 2 * paper[1] if not math.isnan(mean) else False

@@ -1,6 +1,8 @@
 """Faults a user runs into: every bad input is named before compute, with exit status 2, no
 traceback and nothing written (the workflow's faults are in test_workflow_e2e.py)."""
 
+import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -132,6 +134,34 @@ def test_a_corrupt_metrics_file_is_named_with_the_command_that_redoes_it(tmp_pat
     path.write_text('{"d_G": 0.1, "nmi"')
     with pytest.raises(InputError, match=r"metrics.json is missing or corrupt .* --forcerun .*seed0/metrics.json"):
         read_metrics(path)
+
+
+@pytest.mark.parametrize(
+    "values, words",
+    [
+        ({"d_perp": 0.2}, "lacks the measure 'd_G'"),
+        ({"d_G": "garbage", "d_perp": 0.2}, "the measure 'd_G' holds 'garbage', not a number"),
+        ({"d_G": True, "d_perp": 0.2}, "the measure 'd_G' holds True, not a number"),
+        ({"d_G": float("nan"), "d_perp": 0.2}, "the measure 'd_G' holds nan, not a number"),
+        ({"d_G": 0.1, "d_perp": 0.2, "d_G_code": [1]}, "the measure 'd_G_code' holds [1], not a number"),
+    ],
+)
+def test_an_aggregate_refuses_a_seed_without_a_measure_or_with_one_that_is_not_a_number(tmp_path, values, words):
+    from basis.errors import InputError
+    from basis.runtime.outputs import read_metrics
+
+    path = tmp_path / "metrics.json"
+    path.write_text(json.dumps(values))
+    with pytest.raises(InputError, match=re.escape(words) + ".* --forcerun .*metrics.json"):
+        read_metrics(path, required=("d_G", "d_perp"), numbers=("d_G_code",))
+
+
+def test_a_measure_the_data_cannot_have_is_not_required_and_an_optional_one_may_be_absent(tmp_path):
+    from basis.runtime.outputs import read_metrics
+
+    path = tmp_path / "metrics.json"
+    path.write_text(json.dumps({"d_G": 0.1, "not_available": {"nmi": "no labels"}}))
+    assert read_metrics(path, required=("d_G", "nmi"), numbers=("d_G_code",))["d_G"] == 0.1
 
 
 def test_two_tracked_runs_started_at_once_into_a_new_store_both_finish(tmp_path):

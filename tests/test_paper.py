@@ -1,5 +1,6 @@
 import numpy as np
 import pandas as pd
+import pytest
 
 from basis.paper import (
     ABLATION_MEASURES,
@@ -13,6 +14,7 @@ from basis.paper import (
     table_latex,
     table_markdown,
 )
+from basis.verdicts import verdict
 
 
 def _runs(values):
@@ -125,6 +127,39 @@ def test_one_run_prints_its_value_and_an_unmeasured_cell_a_dash():
     assert "0.100 ± 0.001" in table_markdown(summarize(two))
 
 
+@pytest.mark.parametrize(
+    "d_g_code, skew",
+    [
+        ([-0.006, 0.034, -0.064], [0.02, 0.03, 0.02]),  # negative seeds: their mean 0.014 looked best
+        ([0.02, 0.01], [0.02, 0.111]),  # one skewed seed under a mean skew below the limit
+        ([0.02, 0.01, 0.03], [0.02, 0.02, 0.111]),
+    ],
+    ids=["negative", "one-skewed-of-two", "one-skewed-of-three"],
+)
+def test_one_seed_that_is_not_a_distance_marks_its_cell_whatever_the_number_of_seeds(d_g_code, skew):
+    good = {"d_G": 0.3, "d_perp": 0.05, "nmi": 0.9, "acc": 0.9, "accuracy": 90.0}
+    rows = [{"dataset": "mnist", "method": "specnet1", "seed": 0, **_both_variants(good)}]
+    rows += [
+        {"dataset": "mnist", "method": "basis", "seed": seed, **_both_variants(good), "d_G_code": value,
+         "d_G_code_skew": seed_skew}
+        for seed, (value, seed_skew) in enumerate(zip(d_g_code, skew, strict=True))
+    ]  # fmt: skip
+    summary = summarize(pd.DataFrame(rows))
+    basis = next(line for line in table_markdown(summary).split("### ")[2].splitlines() if "| basis |" in line)
+    assert f"{np.mean(d_g_code):.3f}" in basis and "†" in basis.split("|")[3] and "**" not in basis.split("|")[3]
+    row = _row(comparison_markdown(summary), "mnist", "basis", "d_G")
+    assert "not a distance" in row and "| yes |" not in row and "**no**" not in row
+    assert verdict(summary, "mnist", "d_G_code")["verdict"].startswith("not a distance")
+
+
+def test_a_cell_measured_by_fewer_seeds_than_its_row_says_how_many():
+    good = {"d_G": 0.3, "d_perp": 0.05, "nmi": 0.9, "acc": 0.9, "accuracy": 90.0}
+    runs = _runs({("mnist", "basis"): _both_variants(good)})
+    runs.loc[1, "d_G_code"] = np.nan  # the authors' d_G from one seed only
+    table = table_markdown(summarize(runs))
+    assert "0.299 (1 of 2 seeds)" in table and "0.300 ± 0.001 (" not in table.split("### ")[1]
+
+
 def test_a_column_normalised_d_g_of_a_skewed_output_is_marked_and_never_ranked():
     """The collapsed output's d_G_code (every column one direction: below the reference's)
     would win the column; it is marked as not a distance, not bolded, and not compared."""
@@ -141,7 +176,8 @@ def test_a_column_normalised_d_g_of_a_skewed_output_is_marked_and_never_ranked()
     assert "-9.000 ± 0.001 †" in specnet2 and "**-9.000" not in specnet2
     assert "**0.300 ± 0.001**" in basis  # the best d_G_code among the distances
     row = _row(comparison_markdown(summary), "mnist", "specnet2", "d_G")
-    assert "not a distance (skew 90.000)" in row and "**no**" not in row and "| yes |" not in row
+    assert "not a distance (seeds' largest skew 90.000, lowest value -9.001)" in row
+    assert "**no**" not in row and "| yes |" not in row
     assert "(d_G_code) †" in row
     runs["dataset"] = "digits"  # no paper number: marked all the same
     assert "(d_G_code) †" in _row(comparison_markdown(summarize(runs)), "digits", "specnet2", "d_G")

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -72,7 +73,7 @@ def workflow(tmp_path_factory):
 def test_table_has_every_cell_finite(workflow):
     table = pd.read_csv(workflow / "results/paper/table1.csv", header=[0, 1], index_col=[0, 1])
     assert sorted(table.index.get_level_values(1)) == sorted(METHODS)
-    own_basis = table.pop("d_G_own_basis")  # SpecNet2's score in its own basis; NaN for the others
+    own_basis = table.pop("d_G_own_basis")[["mean", "std"]]  # SpecNet2's score in its own basis; NaN for the others
     assert all(math.isfinite(v) for v in table.to_numpy().ravel())
     assert (
         np.isfinite(own_basis.loc[("digits", "specnet2")]).all()
@@ -241,33 +242,54 @@ def _console_lines(done):
     return [line for line in done.stderr.splitlines() if line.startswith("error:")]
 
 
+def _truncated(content: bytes) -> bytes:
+    return content[: len(content) // 2]
+
+
+def _edited(**change) -> Callable[[bytes], bytes]:
+    """A metrics.json with ``change`` made (a value None: the key removed)."""
+
+    def edit(content: bytes) -> bytes:
+        values = json.loads(content) | change
+        return json.dumps({key: value for key, value in values.items() if value is not None}).encode()
+
+    return edit
+
+
+SEED1 = "results/runs/digits/basis/seed1/metrics.json"
+
+
 @pytest.mark.parametrize(
-    "corrupt, target, kept, reason",
+    "corrupt, damage, target, kept, reason",
     [
         (  # an assembly script (script: rule), its input a seed's metrics
-            "results/runs/digits/basis/seed1/metrics.json",
-            "results/paper/table1.csv",
-            ["results/paper/table1.*"],
-            "results/runs/digits/basis/seed1/metrics.json is missing or corrupt",
+            SEED1, _truncated, "results/paper/table1.csv", ["results/paper/table1.*"], f"{SEED1} is missing or corrupt",
+        ),
+        (  # one seed without a measure: never shown as the mean of the others
+            SEED1, _edited(d_G=None), "results/paper/table1.csv", ["results/paper/table1.*"],
+            f"{SEED1} lacks the measure 'd_G'",
+        ),
+        (  # a measure that is not a number
+            SEED1, _edited(d_G="garbage"), "results/paper/table1.csv", ["results/paper/table1.*"],
+            f"{SEED1}: the measure 'd_G' holds 'garbage', not a number",
         ),
         (  # a python -m basis job, its input the shared reference; both seeds' outputs are the job's
-            "results/references/digits.npz",
-            "results/runs/digits/basis/seed0/metrics.json",
-            ["results/runs/digits/basis/seed*/*"],
-            "results/references/digits.npz",
+            "results/references/digits.npz", _truncated, "results/runs/digits/basis/seed0/metrics.json",
+            ["results/runs/digits/basis/seed*/*"], "results/references/digits.npz",
         ),
     ],
-    ids=["assembly", "training"],
-)
-def test_a_failed_rerun_keeps_the_results_it_would_replace_and_says_why(workflow, corrupt, target, kept, reason):
+    ids=["assembly", "missing-measure", "not-a-number", "training"],
+)  # fmt: skip
+def test_a_failed_rerun_keeps_the_results_it_would_replace_and_says_why(
+    workflow, corrupt, damage, target, kept, reason
+):
     corrupt_path = workflow / corrupt
     saved = corrupt_path.with_name("saved-" + corrupt_path.name)
     shutil.copy2(corrupt_path, saved)
     before = _snapshot(workflow, kept)
     times = {path: path.stat().st_mtime_ns for path in before}
     try:
-        content = corrupt_path.read_bytes()
-        corrupt_path.write_bytes(content[: len(content) // 2])  # truncated, and newer than its consumers
+        corrupt_path.write_bytes(damage(corrupt_path.read_bytes()))  # and newer than its consumers
         done = run_snakemake(workflow, target, "--configfile", TINY, cores=2)
         assert done.returncode != 0
         # every output of the failed job is there, byte for byte, with its old time

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -66,15 +67,28 @@ def write_json(path: str | Path, values: dict) -> None:
     write_text(path, json.dumps(values, indent=2))
 
 
-def read_metrics(path: str | Path) -> dict:
-    """A job's ``metrics.json``, or an InputError that names it and how to redo it."""
+def read_metrics(path: str | Path, required: Iterable[str] = (), numbers: Iterable[str] = ()) -> dict:
+    """A job's ``metrics.json``, or an InputError that names it and how to redo it.
+
+    Each measure in ``required`` must be there (unless the file lists it under
+    ``not_available``) and hold a finite number; each in ``numbers`` that is there must
+    hold a number. An aggregate that averaged what it found would otherwise show one seed
+    as a mean, or fail halfway on a string."""
+    redo = f"rerun the job that writes it: snakemake --cores all --forcerun {path}"
     try:
         values = json.loads(Path(path).read_text())
         if not isinstance(values, dict):
             raise ValueError(f"a JSON object was expected, found {type(values).__name__}")
-        return values
     except (OSError, ValueError) as err:
-        raise InputError(
-            f"{path} is missing or corrupt ({err}); rerun the job that writes it:"
-            f" snakemake --cores all --forcerun {path}"
-        ) from None
+        raise InputError(f"{path} is missing or corrupt ({err}); {redo}") from None
+    required = tuple(required)
+    for key in required:
+        if key not in values and key not in (values.get("not_available") or {}):
+            raise InputError(f"{path} lacks the measure {key!r}; {redo}")
+    for key in (*required, *numbers):
+        value = values.get(key, 0.0)
+        finite = key not in required or (isinstance(value, int | float) and math.isfinite(value))
+        if isinstance(value, bool) or not isinstance(value, int | float) or not finite:
+            shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+            raise InputError(f"{path}: the measure {key!r} holds {shown}, not a number; {redo}")
+    return values

@@ -9,7 +9,7 @@ smk = snakemake  # noqa: F821 (injected by Snakemake)
 # The library comes from this checkout, whatever environment runs the job.
 sys.path.insert(0, str(Path(smk.scriptdir).parents[1]))
 
-from basis.paper import ABLATION_MEASURES, ablation_markdown, markdown_to_html, sweep_summary
+from basis.paper import ABLATION_MEASURES, SWEEP_MEASURES, ablation_markdown, markdown_to_html, sweep_summary
 from basis.runtime.jobs import job_log
 from basis.runtime.outputs import read_metrics, write_text
 from basis.tracking import finish_parents, tracked_run
@@ -17,7 +17,8 @@ from basis.tracking import finish_parents, tracked_run
 with job_log(smk.log[0], smk.output):
     rows = []
     for path in map(Path, smk.input.metrics):  # results/ablation/{dataset}/{alignment}/seed{seed}/metrics.json
-        rows.append({"dataset": path.parts[-4], "method": path.parts[-3], **read_metrics(path)})
+        scores = read_metrics(path, required=SWEEP_MEASURES, numbers=ABLATION_MEASURES)
+        rows.append({"dataset": path.parts[-4], "method": path.parts[-3], **scores})
     summary = sweep_summary(pd.DataFrame(rows), by="dataset", measures=ABLATION_MEASURES)
     summary = summary.rename(columns={"method": "alignment"})
     write_text(smk.output.csv, summary.to_csv(index=False))

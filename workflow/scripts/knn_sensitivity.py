@@ -9,7 +9,7 @@ smk = snakemake  # noqa: F821 (injected by Snakemake)
 # The library comes from this checkout, whatever environment runs the job.
 sys.path.insert(0, str(Path(smk.scriptdir).parents[1]))
 
-from basis.paper import sweep_summary
+from basis.paper import SWEEP_MEASURES, sweep_summary
 from basis.runtime.jobs import job_log
 from basis.runtime.outputs import read_metrics, write_text
 from basis.studies.figures import knn_sensitivity
@@ -18,7 +18,8 @@ from basis.tracking import finish_parents, tracked_run
 with job_log(smk.log[0], smk.output):
     rows = []
     for path in map(Path, smk.input.metrics):  # results/knn/{dataset}/k{k}/{method}/seed{seed}/metrics.json
-        rows.append({"method": path.parts[-3], "n_neighbors": int(path.parts[-4][1:]), **read_metrics(path)})
+        scores = read_metrics(path, required=SWEEP_MEASURES)
+        rows.append({"method": path.parts[-3], "n_neighbors": int(path.parts[-4][1:]), **scores})
     summary = sweep_summary(pd.DataFrame(rows), by="n_neighbors")
     write_text(smk.output.csv, summary.to_csv(index=False))
     knn_sensitivity(summary, smk.output.png)

@@ -12,6 +12,8 @@ smk = snakemake  # noqa: F821 (injected by Snakemake)
 sys.path.insert(0, str(Path(smk.scriptdir).parents[1]))
 
 from basis.paper import (
+    ALL_MEASURES,
+    MEASURES,
     markdown_to_html,
     not_available,
     summarize,
@@ -29,7 +31,7 @@ with job_log(smk.log[0], smk.output):
     rows, folders, metrics = [], {}, []
     for path in map(Path, smk.input.metrics):
         dataset, method, seed = path.parts[-4], path.parts[-3], path.parts[-2]
-        metrics.append((dataset, read_metrics(path)))
+        metrics.append((dataset, read_metrics(path, required=MEASURES, numbers=ALL_MEASURES)))
         scores = {k: v for k, v in metrics[-1][1].items() if k != "not_available"}
         rows.append({"dataset": dataset, "method": method, "seed": seed, **scores})
         folders[dataset, method, seed] = path.parent
