@@ -8,6 +8,9 @@ import numpy as np
 import pytest
 import torch
 
+#: The cluster tests' daemons (``cluster``, ``server``), ended on every way out.
+pytest_plugins = ["cluster.daemon_fixtures"]
+
 # Subprocesses get a hang guard, not a speed limit: speed is measured by the benchmarks,
 # and a busy machine may take many times longer than an idle one.
 HANG_GUARD_S = 3600
@@ -126,23 +129,6 @@ def pytest_collection_modifyitems(config, items):
 def _quiet_threads():
     torch.manual_seed(0)
     yield
-
-
-@pytest.fixture(scope="session")
-def cluster():
-    """A single-node SLURM cluster on localhost (tests/cluster/slurm_cluster.sh), started once
-    for the cluster tests of the session and torn down after them, whatever happens: its
-    environment (``SLURM_CONF``)."""
-    script = Path(__file__).parent / "cluster" / "slurm_cluster.sh"
-    if os.geteuid() != 0:
-        pytest.fail("the cluster tests start SLURM's daemons and need root (make test-cluster as root)")
-    try:
-        up = subprocess.run(["bash", str(script), "up"], capture_output=True, text=True, timeout=600)
-        assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-3000:]
-        conf = subprocess.run(["bash", str(script), "env"], capture_output=True, text=True, check=True).stdout
-        yield {"SLURM_CONF": conf.strip().split("=", 1)[1]}
-    finally:
-        subprocess.run(["bash", str(script), "down"], capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture

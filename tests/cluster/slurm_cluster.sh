@@ -13,7 +13,11 @@
 # them, /etc/slurm, marked as this script's; munge uses its own /run/munge. The daemons run
 # as root. It refuses to start where a SLURM daemon runs that it did not start or where
 # /etc/slurm holds a configuration it did not write, and `down` stops only the daemons
-# whose pid files it wrote and removes only its own configuration. Needs root.
+# whose pid files it wrote and removes only its own configuration. Needs root and a writable
+# cgroup v1 freezer hierarchy: SLURM tracks each job's processes in a cgroup
+# (proctrack/cgroup), so that ending a job ends every process it started, and `down` finds
+# job processes through SLURM, never by reading other processes. `up` after a run that was
+# not torn down (killed) first stops what that run left.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=tests/cluster/daemons.sh
@@ -22,6 +26,8 @@ STATE=${CLUSTER_STATE:-$here/.state}
 PACKAGES=(slurm-wlm slurmdbd slurm-client munge mariadb-server)
 DB_PORT=${CLUSTER_DB_PORT:-13306}
 CONF=/etc/slurm
+CONFIGS=("$CONF/slurm.conf" "$CONF/slurmdbd.conf" "$CONF/cgroup.conf")
+FREEZER=/sys/fs/cgroup/freezer  # cgroup v1's freezer hierarchy, which proctrack/cgroup uses
 MARK="# written by basis-repro tests/cluster/slurm_cluster.sh"
 
 say() { echo "slurm_cluster: $*" >&2; }
@@ -71,7 +77,7 @@ SlurmctldPidFile=$STATE/slurmctld.pid
 SlurmdPidFile=$STATE/slurmd.pid
 SlurmctldLogFile=$STATE/slurmctld.log
 SlurmdLogFile=$STATE/slurmd.log
-ProctrackType=proctrack/linuxproc
+ProctrackType=proctrack/cgroup
 TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU_Memory
@@ -90,6 +96,12 @@ SchedulerType=sched/backfill
 MpiDefault=none
 NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$memory State=UNKNOWN
 PartitionName=main Nodes=$host Default=YES MaxTime=INFINITE State=UP
+EOF
+    cat > "$CONF/cgroup.conf" << EOF
+$MARK
+CgroupPlugin=cgroup/v1
+CgroupMountpoint=/sys/fs/cgroup
+CgroupAutomount=no
 EOF
     cat > "$CONF/slurmdbd.conf" << EOF
 $MARK
@@ -142,11 +154,16 @@ up() {
         exit 3
     fi
     if [ -n "$(ours)" ]; then
-        say "already up"
-        return 0
+        say "stopping what an earlier run left"
+        down
+        mkdir -p "$STATE"
+    fi
+    if [ ! -w "$FREEZER" ]; then
+        say "refusing: SLURM tracks its jobs' processes in cgroups and $FREEZER is not writable here"
+        exit 3
     fi
     local file
-    for file in "$CONF/slurm.conf" "$CONF/slurmdbd.conf"; do
+    for file in "${CONFIGS[@]}"; do
         if [ -e "$file" ] && ! grep -qxF "$MARK" "$file"; then
             say "refusing: $file is a SLURM configuration this script did not write"
             exit 3
@@ -169,18 +186,16 @@ up() {
     say "up: $(sinfo -h -o '%P %D %c CPUs %m MB %T')"
 }
 
+jobs_gone() { [ -z "$(squeue -h -o %i 2> /dev/null)" ] && [ -z "$(scontrol listpids 2> /dev/null | tail -n +2)" ]; }
+
 down() {
     local pid file
-    [ -n "$(ours)" ] && scancel --user=root > /dev/null 2>&1 || true
-    # Job processes that outlived their job (proctrack/linuxproc follows parent pids only).
-    for file in /proc/[0-9]*/environ; do
-        pid=${file#/proc/}
-        pid=${pid%/environ}
-        [ "$pid" = $$ ] && continue
-        if tr '\0' '\n' < "$file" 2> /dev/null | grep -qx "SLURM_CLUSTER_NAME=basis"; then
-            kill -9 "$pid" 2> /dev/null || true
-        fi
-    done
+    if [ -e "$STATE/slurmctld.pid" ] && kill -0 "$(cat "$STATE/slurmctld.pid")" 2> /dev/null; then
+        # SLURM ends its jobs: proctrack/cgroup holds every process a job started, those that
+        # left their parent or their session included, and kills them all with the job.
+        scancel --user=root > /dev/null 2>&1 || true
+        wait_for 60 "the cancelled jobs to end" jobs_gone || true
+    fi
     for file in slurmd slurmctld slurmdbd mariadb munged; do
         [ -e "$STATE/$file.pid" ] || continue
         pid=$(cat "$STATE/$file.pid")
@@ -191,9 +206,11 @@ down() {
         done
         kill -9 "$pid" 2> /dev/null || true
     done
-    for file in "$CONF/slurm.conf" "$CONF/slurmdbd.conf"; do
+    for file in "${CONFIGS[@]}"; do
         [ -e "$file" ] && grep -qxF "$MARK" "$file" && rm -f "$file"
     done
+    # the (empty) cgroups slurmd made under the freezer hierarchy, deepest first
+    find "$FREEZER/slurm_$(hostname -s)" -depth -type d -exec rmdir {} + 2> /dev/null || true
     rm -rf "$STATE"
     say "down"
 }

@@ -3,7 +3,7 @@ single-node SLURM cluster on localhost (`slurm_cluster.sh`: munge, MariaDB, slur
 slurmctld, slurmd), against the same target run locally.
 
 Marked ``cluster``: `make test-cluster` runs it (as root; `.ci/run` does), `make test` does not.
-The tests run in order on one pair of workflow folders; the cluster (tests/conftest.py's
+The tests run in order on one pair of workflow folders; the cluster (daemon_fixtures.py's
 `cluster`, shared with test_tracking_server.py) is torn down at the end, whatever happens.
 """
 
@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cluster.daemon_fixtures import started
 from conftest import HANG_GUARD_S, copy_workflow, run_snakemake, snakemake_command, snakemake_env
 
 pytestmark = pytest.mark.cluster
@@ -42,7 +43,7 @@ def _snakemake(
     where = ["--profile", "profiles/slurm", *NO_GPUS, *FAST_STATUS] if slurm else ["--cores", "2"]
     # --configfile first: it takes every value after it, targets included.
     command = snakemake_command("--configfile", configfile, *where, *args, cores=None)
-    return subprocess.Popen(command, cwd=folder, env=env, text=True, **popen)
+    return started(command, cwd=folder, env=env, text=True, **popen)
 
 
 def _run(

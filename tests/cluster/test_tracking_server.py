@@ -7,6 +7,7 @@ not. The tests run in order; the server and the cluster are torn down at the end
 happens.
 """
 
+import functools
 import http.server
 import json
 import os
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from cluster.daemon_fixtures import started
 from conftest import HANG_GUARD_S, copy_workflow, snakemake_env
 from stores import differences, snapshot
 from test_slurm_cluster import FAST_STATUS, NO_GPUS
@@ -43,17 +45,6 @@ def _addresses() -> dict[str, str]:
     return dict(line.split("=", 1) for line in _script("env").split())
 
 
-@pytest.fixture(scope="module")
-def server():
-    if os.geteuid() != 0:
-        pytest.fail("the tracking server tests start PostgreSQL as its own user and need root (make test-cluster)")
-    try:
-        _script("up")
-        yield _addresses()["MLFLOW_TRACKING_URI"]
-    finally:
-        subprocess.run(["bash", str(SCRIPT), "down"], capture_output=True, text=True, timeout=300)
-
-
 def _env(folder: Path, uri: str | None = None, **extra: str) -> dict[str, str]:
     env = snakemake_env(folder, **extra)
     if uri:
@@ -70,7 +61,7 @@ def _start_snakemake(
     # targets first: --configfile and --forcerun take every value after them
     command = [sys.executable, "-m", "snakemake", *targets, *where, *args, "--configfile", "config.yaml"]
     with open(folder / "snakemake.out", "w") as out:
-        return subprocess.Popen(command, cwd=folder, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
+        return started(command, cwd=folder, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
 
 
 def _finish(folder: Path, job: subprocess.Popen) -> None:
@@ -129,6 +120,40 @@ def workflows(server, cluster, tmp_path_factory):
         _finish(slurm_folder, slurm)
     _snakemake(slurm_folder, slurm_env, "--forcerun", RERUN, profile=True)
     return ways
+
+
+def _pgrep(option: str, pid: int) -> list[int]:
+    """The processes of a group (``-g``) or the children of a process (``-P``) the harness
+    started; pgrep reads their status, not their environment."""
+    found = subprocess.run(["pgrep", option, str(pid)], capture_output=True, text=True).stdout
+    return [int(found_pid) for found_pid in found.split()]
+
+
+def _command_lines_holding(pids: list[int], secrets: list[str]) -> list[str]:
+    """The command lines of ``pids`` that hold one of ``secrets``, each shown as <secret>
+    (a failing test must not print it either)."""
+    lines = []
+    for pid in pids:
+        try:
+            line = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:  # ended meanwhile
+            continue
+        if any(secret in line for secret in secrets):
+            lines.append(functools.reduce(lambda text, secret: text.replace(secret, "<secret>"), secrets, line))
+    return lines
+
+
+def test_no_process_the_harness_started_holds_a_password_on_its_command_line(server):
+    """Every user of the machine reads every process's arguments (`ps`): the servers' and the
+    database's processes, as the harness starts them, carry neither the database's password
+    nor the basic-auth admin's."""
+    state = Path(_addresses()["AUTH_ADMIN_PASSWORD_FILE"]).parent
+    secrets = [(state / name).read_text().strip() for name in ("db_password", "admin_password")]
+    postmaster = int((state / "pg" / "postmaster.pid").read_text().split()[0])
+    servers = [pid for name in ("server", "auth") for pid in _pgrep("-g", int((state / f"{name}.pid").read_text()))]
+    database = [postmaster, *_pgrep("-P", postmaster)]
+    assert len(servers) >= 4 and len(database) >= 3  # each server with its workers, PostgreSQL's backends
+    assert _command_lines_holding(servers + database, secrets) == []
 
 
 def test_the_server_and_its_database_listen_on_loopback_only(server):
@@ -214,7 +239,7 @@ def _training_job(
 ) -> subprocess.Popen:
     """`python -m basis run` on two moons, tracked on the server, one loss point a step."""
     command = [sys.executable, "-m", "basis", "run", "--method", "basis", "--dataset", "two_moons"]
-    return subprocess.Popen(
+    return started(
         [*command, "--set", f"n_iter={n_iter}", "--set", f"batch_size={FAULT_BATCH}", "--out", str(folder / name),
          "--track", experiment, "--tag", f"job={name}"],
         cwd=folder, env=_env(ROOT, uri, **extra), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -441,9 +466,12 @@ def test_the_readmes_server_command_serves_the_runs_as_written(server, tmp_path)
         .replace("/shared/mlflow-artifacts", str(tmp_path / "artifacts"))
     )
     password = (Path(_addresses()["AUTH_ADMIN_PASSWORD_FILE"]).parent / "db_password").read_text().strip()
-    started = subprocess.Popen(
-        ["bash", "-c", command], cwd=ROOT, env={**os.environ, "MLFLOW_DB_PASSWORD": password},
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    pgpass = tmp_path / "pgpass"
+    pgpass.write_text(f"127.0.0.1:15432:mlflow:mlflow:{password}\n")
+    pgpass.chmod(0o600)
+    readme_server = started(
+        ["bash", "-c", command], cwd=ROOT, env={**os.environ, "PGPASSFILE": str(pgpass)},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     uri = f"http://127.0.0.1:{port}"
     try:
@@ -462,9 +490,10 @@ def test_the_readmes_server_command_serves_the_runs_as_written(server, tmp_path)
         (run,) = mlflow_client.search_runs([mlflow_client.get_experiment_by_name("readme-server").experiment_id])
         assert run.info.status == "FINISHED" and run.info.artifact_uri.startswith("mlflow-artifacts:")
         assert {p.name for p in (tmp_path / "artifacts").rglob("*") if p.is_file()} >= {"metrics.json", "model.pt"}
+        assert _command_lines_holding(_pgrep("-g", readme_server.pid), [password]) == []
     finally:
-        os.killpg(started.pid, signal.SIGTERM)
-        started.wait(timeout=60)
+        os.killpg(readme_server.pid, signal.SIGTERM)
+        readme_server.wait(timeout=60)
 
 
 def test_a_full_artifact_destination_is_outlived_like_an_outage(server, tmp_path):

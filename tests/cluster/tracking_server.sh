@@ -16,8 +16,12 @@
 #
 # Its state (the database cluster, the artifacts, the logs, the database password) lives in
 # $TRACKING_STATE (default: tests/cluster/.tracking in the clone). PostgreSQL runs as the
-# `postgres` user that Debian's package creates; the password is generated at `up`, kept in
-# a file only its owner reads, and given to the server on its command line only.
+# `postgres` user that Debian's package creates; the password is generated at `up` and kept
+# in files only their owner reads: psql reads it on its standard input, the server through
+# libpq's password file (PGPASSFILE). No password or key is ever on a command line, where
+# every user of the machine could read it (`ps`, /proc/<pid>/cmdline).
+#
+# `up` after a run that was not torn down (killed) first stops what that run left.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=tests/cluster/daemons.sh
@@ -53,13 +57,14 @@ create_database() {
     chown postgres:postgres "$STATE/pg" "$STATE/socket"
     umask 077
     head -c 18 /dev/urandom | base64 | tr '+/' '-_' > "$STATE/db_password"
+    printf '127.0.0.1:%s:*:mlflow:%s\n' "$DB_PORT" "$(cat "$STATE/db_password")" > "$STATE/pgpass"
     as_postgres "$PG_BIN/initdb" -D "$STATE/pg" -U postgres --auth-local=trust --auth-host=scram-sha-256 \
         > "$STATE/initdb.log"
     umask 022
     start_database
-    as_postgres psql -h "$STATE/socket" -p "$DB_PORT" -U postgres -q -c \
-        "CREATE USER mlflow PASSWORD '$(cat "$STATE/db_password")'" -c "CREATE DATABASE mlflow OWNER mlflow" \
-        -c "CREATE DATABASE mlflow_auth OWNER mlflow"
+    # printf is a builtin: the statement reaches psql through a pipe, not its arguments
+    printf "CREATE USER mlflow PASSWORD '%s';\nCREATE DATABASE mlflow OWNER mlflow;\nCREATE DATABASE mlflow_auth OWNER mlflow;\n" \
+        "$(cat "$STATE/db_password")" | as_postgres psql -h "$STATE/socket" -p "$DB_PORT" -U postgres -q -v ON_ERROR_STOP=1
 }
 
 server_up() { curl -fsS "http://127.0.0.1:${1:-$PORT}/health" > /dev/null 2>&1; }
@@ -72,9 +77,10 @@ start_server() {  # start_server [auth]
     fi
     mkdir -p "$STATE/$name-artifacts"
     # setsid: the server and its workers are one process group, stopped together.
-    MLFLOW_AUTH_CONFIG_PATH="$STATE/basic_auth.ini" MLFLOW_FLASK_SERVER_SECRET_KEY=$(head -c 16 /dev/urandom | base64) \
+    PGPASSFILE="$STATE/pgpass" MLFLOW_AUTH_CONFIG_PATH="$STATE/basic_auth.ini" \
+        MLFLOW_FLASK_SERVER_SECRET_KEY=$(head -c 16 /dev/urandom | base64) \
         setsid "$MLFLOW" server --host 127.0.0.1 --port "$port" "${app[@]}" \
-        --backend-store-uri "postgresql://mlflow:$(cat "$STATE/db_password")@127.0.0.1:$DB_PORT/$database" \
+        --backend-store-uri "postgresql://mlflow@127.0.0.1:$DB_PORT/$database" \
         --artifacts-destination "$STATE/$name-artifacts" --workers 2 \
         >> "$STATE/$name.log" 2>&1 < /dev/null &
     echo $! > "$STATE/$name.pid"
@@ -106,9 +112,9 @@ stop_server() {  # stop_server [auth]
 }
 
 up() {
-    if [ -e "$STATE/server.pid" ] && server_up; then
-        say "already up"
-        return 0
+    if [ -e "$STATE/server.pid" ] || [ -e "$STATE/pg/postmaster.pid" ]; then
+        say "stopping what an earlier run left"
+        down
     fi
     if server_up || server_up $((PORT + 1)); then
         say "refusing: something this script did not start answers on 127.0.0.1:$PORT"
@@ -129,7 +135,9 @@ up() {
 down() {
     stop_server
     stop_server auth
-    [ -e "$STATE/pg/postmaster.pid" ] && pg_ctl -m fast stop > /dev/null 2>&1 || true
+    if [ -e "$STATE/pg/postmaster.pid" ]; then
+        pg_ctl -m fast stop > /dev/null 2>&1 || pg_ctl -m immediate stop > /dev/null 2>&1 || true
+    fi
     rm -rf "$STATE"
 }
 
