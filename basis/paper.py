@@ -392,21 +392,6 @@ def ablation_markdown(summary: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def claims_markdown(rows: list[dict[str, str]]) -> str:
-    """One line per quantitative claim: the paper's words, the criterion, the measured
-    value and the verdict."""
-    lines = [
-        "# Reproduced vs. paper: the other claims",
-        "",
-        "| claim (paper) | criterion | measured | verdict |",
-        "|---|---|---|---|",
-    ]
-    for row in rows:
-        verdict = "reproduced" if row["reproduced"] else "**not reproduced**"
-        lines.append(f"| {row['claim']} | {row['criterion']} | {row['measured']} | {verdict} |")
-    return "\n".join(lines) + "\n"
-
-
 def paper_claims(
     studies: dict[str, dict[str, dict[str, float]]], knn: pd.DataFrame, ablation: pd.DataFrame
 ) -> list[dict[str, str]]:

@@ -164,3 +164,39 @@ def certificates_markdown(certificates: dict[str, Certificate | None]) -> str:
             " measurements and are marked so.",
         ]
     return "\n".join(lines) + "\n"
+
+
+def claims_markdown(rows: list[dict[str, str]]) -> str:
+    """One line per quantitative claim: the paper's words, the criterion, the measured
+    value and the verdict."""
+    tally = claims_tally(rows)
+    lines = [
+        "# Reproduced vs. paper: the other claims",
+        "",
+        f"{tally['reproduced']} reproduced, {tally['not reproduced']} not reproduced,"
+        f" {tally['not measured here']} not measured here (a time limit measures the machine, not the method).",
+        "",
+        "| claim (paper) | criterion | measured | verdict |",
+        "|---|---|---|---|",
+    ]
+    for row in rows:
+        verdict = _claim_verdict(row["reproduced"])
+        if verdict == "not measured here":
+            verdict += f" ({row['reproduced']})"
+        lines.append(f"| {row['claim']} | {row['criterion']} | {row['measured']} | {verdict} |")
+    return "\n".join(lines) + "\n"
+
+
+def _claim_verdict(reproduced: bool | str) -> str:
+    """A claim row's ``reproduced``: True, False, or why it was not measured here."""
+    if isinstance(reproduced, str):
+        return "not measured here"
+    return "reproduced" if reproduced else "**not reproduced**"
+
+
+def claims_tally(rows: list[dict]) -> dict[str, int]:
+    """How many claims were reproduced, not reproduced, and not measured here."""
+    tally = {"reproduced": 0, "not reproduced": 0, "not measured here": 0}
+    for row in rows:
+        tally[_claim_verdict(row["reproduced"]).strip("*")] += 1
+    return tally

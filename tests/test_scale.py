@@ -26,6 +26,7 @@ from basis.studies.scale import (
     scale_claims,
     scale_study,
 )
+from basis.verdicts import claims_markdown
 
 SMALL = {"n_points": [600, 1200], "n_test": 200, "n_iter": 5, "landmarks": [100, 300]}
 #: BASiS's numbers of a run whose fit time is flat in n, for the claims.
@@ -164,6 +165,24 @@ def test_the_claims_follow_the_measured_slope_and_ratio(study):
     assert "nystrom_300" in rows[0]["measured"] and "sklearn" in rows[0]["measured"]
     flat = scale_claims({"": {**result, **FLAT, "basis/d_G_ratio": 2.0}})
     assert [row["reproduced"] for row in flat] == [True, False]
+
+
+def test_a_basis_point_past_the_time_limit_is_not_measured_here_never_not_reproduced(study, tmp_path):
+    """A busy machine that stops BASiS at the limit measured the machine: both claims say
+    so in words (no nan), the tally counts them apart, the figure and its table say why."""
+    result, arrays = study
+    busy = {**result, "basis/largest_n": float("nan"), "basis/fit_slope": float("nan"), "basis/d_G_ratio": float("nan")}
+    rows = scale_claims({"": busy})
+    for row in rows:
+        assert row["reproduced"] == f"basis ran past {result['time_limit_s']:g} s on this machine at every n"
+    text = claims_markdown(rows)
+    assert "0 reproduced, 0 not reproduced, 2 not measured here" in text and "nan" not in text
+    assert "**not reproduced**" not in text and "basis not measured (past" in text
+    partly = scale_claims({"": {**result, "basis/largest_n": float(arrays["n_points"][0])}})
+    assert partly[0]["reproduced"].endswith(f"beyond n = {arrays['n_points'][0]:,.0f}")
+    stopped = {**arrays, "basis/status": np.full_like(arrays["basis/status"], STOPPED)}
+    save_study(tmp_path / "busy", busy, stopped)
+    assert "nan" not in draw_scale([tmp_path / "busy"], tmp_path / "fig")
 
 
 def test_the_study_runs_on_a_data_sets_features_and_refuses_a_grid_they_cannot_hold(tmp_path):

@@ -10,7 +10,6 @@ smk = snakemake  # noqa: F821 (injected by Snakemake)
 sys.path.insert(0, str(Path(smk.scriptdir).parents[1]))
 
 from basis.paper import (
-    claims_markdown,
     comparison_markdown,
     markdown_to_html,
     not_available,
@@ -22,6 +21,8 @@ from basis.runtime.outputs import read_metrics, write_text
 from basis.tracking import tracked_run
 from basis.verdicts import (
     certificates_markdown,
+    claims_markdown,
+    claims_tally,
     merge_unavailable,
     table1_verdicts,
     undetermined_truths,
@@ -53,7 +54,11 @@ with job_log(smk.log[0], smk.output):
     write_text(smk.output.html, markdown_to_html(text))
     tags = dict(tag.split("=", 1) for tag in smk.params.tags)
     with tracked_run(smk.params.experiment, "comparison", tags) as run:
-        run.log_metrics({"claims_reproduced": sum(r["reproduced"] for r in rows), "claims": len(rows)})
+        tally = claims_tally(rows)
+        run.log_metrics(
+            {"claims_reproduced": tally["reproduced"], "claims_not_measured": tally["not measured here"]}
+            | {"claims": len(rows)}
+        )
         run.log_metrics({"references_certified": sum(c is not None and c.passed for c in certificates.values())})
         run.log_metrics(
             {f"table1_{key}": sum(r["verdict"].startswith(key) for r in verdicts) for key in ("holds", "fails")}
