@@ -4,6 +4,7 @@ every bad file refused in one line naming the file and, for a bad value, its row
 import os
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from basis.data.clusters import clustered_data
@@ -133,15 +134,44 @@ def test_a_table_read_for_an_in_place_split_is_checked_block_by_block_as_it_is_r
             assert f"row {row}, column 3 is nan" in _refused(tmp_path / "nan.npy", memory_map=memory_map)
 
 
+@pytest.mark.parametrize("suffix", [".npy", ".csv"])
+def test_points_that_are_all_one_point_are_refused(tmp_path, monkeypatch, suffix):
+    """Nothing to embed: no distance, no graph (a constant table ran to NMI 0). The check
+    follows the blocks of a large table: the one point that differs is in its last block."""
+    from basis.data import feature_tables
+
+    monkeypatch.setattr(feature_tables, "CHECK_BYTES", 64)  # blocks of a few rows
+    X = np.ones((40, 2))
+    path = tmp_path / f"t{suffix}"
+    np.save(path, X) if suffix == ".npy" else pd.DataFrame(X, columns=["a", "b"]).to_csv(path, index=False)
+    assert "all 40 points are the same point" in _refused(path)
+    X[-1, 1] = 2.0
+    np.save(path, X) if suffix == ".npy" else pd.DataFrame(X, columns=["a", "b"]).to_csv(path, index=False)
+    assert load_feature_table(path).X.shape == (40, 2)
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("a,b,label\n", "has a header and no rows"),
+        ("a,a,label\n1,2,0\n3,4,1\n", "its header names the column(s) ['a'] more than once"),
+    ],
+    ids=["header-only", "repeated-name"],
+)
+def test_a_csv_with_a_header_and_no_rows_or_a_name_twice_is_refused_in_one_line(tmp_path, text, words):
+    (tmp_path / "t.csv").write_text(text)
+    assert words in _refused(tmp_path / "t.csv", label_column="label")
+
+
 def test_the_range_check_is_exact_at_the_limit_whichever_way_a_block_is_decided(tmp_path):
     limit = 1e15
     cases = {  # values, the row and column named or None
-        "at the limit": (np.full((5, 2), limit), None),
-        "squares past the sum's bound, every value within it": (np.full((5, 2), 0.9 * limit), None),
+        "at the limit": (np.array([[limit, -limit], [-limit, limit]] * 2), None),
+        "squares past the sum's bound, every value within it": (np.array([[0.9 * limit, 0.9 * limit], [0, 0]]), None),
         "one ulp beyond": (np.array([[0.0, 1.0], [np.nextafter(limit, np.inf), 0.0]]), "row 1, column 0"),
         "below minus the limit": (np.array([[0.0, -2 * limit]]), "row 0, column 1"),
         "integers beyond it, whose squares would overflow": (np.array([[1, 2], [3, 2**62]]), "row 1, column 1"),
-        "integers within it": (np.array([[3_000_000_000, -7]] * 4), None),
+        "integers within it": (np.array([[3_000_000_000, -7], [-7, 3_000_000_000]] * 2), None),
         "a Fortran-ordered array": (np.asfortranarray(np.array([[1.0, 2.0], [np.inf, 0.0]])), "row 1, column 0"),
     }
     for name, (values, named) in cases.items():

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import math
+import os
 import re
 from collections import Counter
 from functools import cache
@@ -367,6 +368,14 @@ def _check_points(values: dict[str, Any]) -> None:
     if dataset in IMAGE_SHAPES and max(points) + values.get("n_test", 0) > sum(IMAGE_SHAPES[dataset][:2]):
         available = sum(IMAGE_SHAPES[dataset][:2])
         raise InputError(f"n_points up to {max(points):,} and n_test need more than {dataset}'s {available:,} points")
+    if dataset is None:  # synthetic points: refuse what this machine cannot even hold
+        need = (max(points) + values.get("n_test", 0)) * values.get("dim", 1) * 4
+        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        if need > have:
+            raise InputError(
+                f"n_points up to {max(points):,} needs {need / 2**30:,.1f} GiB for its points alone;"
+                f" this machine has {have / 2**30:,.1f} GiB"
+            )
 
 
 def _toy_training_size(dataset: str, n_samples: int) -> int:
@@ -390,6 +399,11 @@ def check_study_setting(name: str, key: str, value: Any) -> None:
     counts = key.startswith("n_") or key.endswith(COUNT_SUFFIXES)
     if counts and any(isinstance(v, int) and not isinstance(v, bool) and v < 1 for v in values):
         raise InputError(f"{key}={value!r} is out of range: expected a count >= 1")
+    if isinstance(value, (list, tuple)) and not value:
+        raise InputError(f"{key}=[] is empty: expected at least one value")
+    # a limit in seconds of 0 or less would stop every point at once and leave nothing measured
+    if key.endswith("_s") and any(isinstance(v, int | float) and not isinstance(v, bool) and v <= 0 for v in values):
+        raise InputError(f"{key}={value!r} is out of range: expected seconds > 0")
 
 
 def study_folder(name: str, run: str = "") -> str:

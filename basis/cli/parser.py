@@ -150,8 +150,19 @@ def add_features_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
 
 
+class _DeclaredFirst(argparse.Action):
+    """``study --data``: a study reads a data set of one's own from its declaration."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(
+            "a study takes a data set of one's own by its declaration, not --data: first `python -m basis"
+            " download --data FILE --out SUMMARY.json`, then --datasets NAME --declaration SUMMARY.json"
+        )
+
+
 def add_study_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``study``."""
+    parser.add_argument("--data", action=_DeclaredFirst, help=argparse.SUPPRESS)
     parser.add_argument("name", help="a module of basis/studies/ (toy, illustration, consistency, ...)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a setting of the study")
     parser.add_argument(

@@ -11,6 +11,7 @@ labels that are neither integers nor strings.
 
 from __future__ import annotations
 
+import csv
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,10 +79,13 @@ def _checked(path: Path, X: np.ndarray, columns: list[str] | None = None, read_r
     if not np.issubdtype(X.dtype, np.number) or np.issubdtype(X.dtype, np.complexfloating):
         raise InputError(f"feature table {path} holds {X.dtype} values; expected real numbers")
     rows = max(1, CHECK_BYTES // (X.shape[1] * X.dtype.itemsize))
+    first, varies = None, False
     for start in range(0, len(X), rows):
         if read_rows is not None:
             read_rows(start, min(start + rows, len(X)))
         block = np.asarray(X[start : start + rows])
+        first = np.array(block[0]) if first is None else first
+        varies = varies or bool((block != first).any())
         if _within_range(block):
             continue
         bad = ~np.isfinite(block) | (np.abs(block) > MAX_FEATURE_MAGNITUDE)
@@ -91,6 +95,8 @@ def _checked(path: Path, X: np.ndarray, columns: list[str] | None = None, read_r
             value = float(block[row, column])
             what = "not finite" if not np.isfinite(value) else f"beyond {MAX_FEATURE_MAGNITUDE:g} in magnitude"
             raise InputError(f"feature table {path}: row {start + row}, {name} is {value!r}, {what}")
+    if not varies:  # no distances, no graph, nothing to embed
+        raise InputError(f"feature table {path}: all {len(X)} points are the same point")
     return X
 
 
@@ -148,9 +154,15 @@ def _read_columns(path: Path, suffix: str):
         import pandas as pd
 
         try:
-            return pd.read_csv(path)
+            frame = pd.read_csv(path)
+            with open(path, newline="", encoding="utf-8") as file:  # pandas renames a repeated name silently
+                header = next(csv.reader(file), [])
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
             raise InputError(f"feature table {path} is not a readable CSV: {str(err).splitlines()[0]}") from None
+        repeated = sorted({name for name in header if header.count(name) > 1})
+        if repeated:
+            raise InputError(f"feature table {path}: its header names the column(s) {repeated} more than once")
+        return frame
     try:
         import pyarrow.parquet as pq
     except ImportError:
@@ -164,6 +176,13 @@ def _read_columns(path: Path, suffix: str):
 def _from_columns(path: Path, frame, label_column: str | None) -> FeatureTable:
     import pandas as pd
 
+    if len(frame) == 0:
+        raise InputError(f"feature table {path} has a header and no rows")
+    if frame.columns.duplicated().any():
+        raise InputError(
+            f"feature table {path}: the column(s) {sorted(set(frame.columns[frame.columns.duplicated()]))}"
+            " appear more than once"
+        )
     if label_column is not None and label_column not in frame.columns:
         raise InputError(
             f"feature table {path} has no label column {label_column!r} (its columns: {list(frame.columns)[:8]})"
