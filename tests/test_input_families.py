@@ -7,8 +7,12 @@ non-finite and absurd numbers, URIs, label types) and run through ``basis.cli.ma
 this process, so that the families stay within ``make test``'s time."""
 
 import argparse
+import http.server
 import random
+import socket
+import ssl
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -189,6 +193,88 @@ def test_a_store_uri_that_cannot_be_used_is_refused(folder, capsys, monkeypatch,
     argv = ["run", "--method", "basis", "--dataset", "two_moons", "--track", "exp", "--out", "out"]
     assert words in refused(argv, folder, capsys, monkeypatch)
     assert not Path("/nonexistent").exists()
+
+
+def _self_signed(folder: Path) -> ssl.SSLContext:
+    """A TLS context with a certificate for 127.0.0.1 that no one signed (cryptography's)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    certificate = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(x509.random_serial_number()).not_valid_before(now).not_valid_after(now + datetime.timedelta(1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .sign(key, hashes.SHA256())
+    )  # fmt: skip
+    (folder / "cert.pem").write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    (folder / "key.pem").write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(folder / "cert.pem", folder / "key.pem")
+    return context
+
+
+class _NotMlflow(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        self.send_error(404)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def odd_servers(tmp_path):
+    """Three addresses that take a connection: one that never answers, one that answers 404
+    to everything (a web server, not MLflow), one that speaks TLS with a self-signed
+    certificate (404 once trusted)."""
+    stalling = socket.create_server(("127.0.0.1", 0))  # its backlog takes the connection; no one reads it
+    plain = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _NotMlflow)
+    tls = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _NotMlflow)
+    tls.socket = _self_signed(tmp_path).wrap_socket(tls.socket, server_side=True)
+    for server in (plain, tls):
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield {
+        "stalls": f"http://127.0.0.1:{stalling.getsockname()[1]}",
+        "404": f"http://127.0.0.1:{plain.server_address[1]}",
+        "self-signed": f"https://127.0.0.1:{tls.server_address[1]}",
+        "certificate": str(tmp_path / "cert.pem"),
+    }
+    for server in (plain, tls):
+        server.shutdown()
+    stalling.close()
+
+
+@pytest.mark.parametrize(
+    "server, trust, words",
+    [
+        ("stalls", {}, "takes the connection but does not answer an MLflow request within 5 s"),
+        ("404", {}, "answers, but not as an MLflow tracking server (HTTP 404"),
+        ("self-signed", {}, "its TLS certificate is not trusted here; give its CA's certificate"),
+        ("self-signed", {"MLFLOW_TRACKING_SERVER_CERT_PATH": "certificate"}, "not as an MLflow tracking server"),
+        ("self-signed", {"MLFLOW_TRACKING_INSECURE_TLS": "true"}, "not as an MLflow tracking server"),
+    ],
+    ids=["stalls", "404", "self-signed", "its-certificate-given", "insecure-tls"],
+)
+def test_a_server_that_stalls_or_is_not_mlflow_is_refused_at_the_door(
+    folder, capsys, monkeypatch, odd_servers, server, trust, words
+):
+    """It hung every command (the door only opened a TCP connection) or ended in 253 s of
+    retries and a traceback; the door now makes the run's first request, as MLflow makes it."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", odd_servers[server])
+    for name, value in trust.items():
+        monkeypatch.setenv(name, odd_servers.get(value, value))
+    argv = ["run", "--method", "basis", "--dataset", "two_moons", "--track", "exp", "--out", "out"]
+    assert words in refused(argv, folder, capsys, monkeypatch)
+    assert not (folder / "out").exists()
 
 
 @pytest.mark.parametrize(

@@ -444,10 +444,15 @@ def _check_database(uri: str, shown: str, driver: str) -> None:
 
 
 def _check_credentials(uri: str, shown: str) -> None:
-    """Refuse a server that turns the client's credentials away (MLflow's basic-auth app):
-    none given, or a wrong user or password, as MLflow would send them (``user:password@``
-    in the address, ``MLFLOW_TRACKING_USERNAME``/``_PASSWORD``, ``MLFLOW_TRACKING_TOKEN``).
-    One read of the experiments list; an answer other than 401/403 is left to the run."""
+    """Make the request a run's first call makes, as MLflow would make it, and refuse the
+    server in one line where that call would hang or fail: no answer within
+    :data:`SERVER_TIMEOUT_S` (a server that takes the connection and stalls), a TLS
+    certificate not trusted (MLflow's ``MLFLOW_TRACKING_SERVER_CERT_PATH`` and
+    ``MLFLOW_TRACKING_INSECURE_TLS`` are honoured), an address that is not an MLflow server
+    (HTTP 404), and credentials it turns away (MLflow's basic-auth app): none given, or a
+    wrong user or password, as MLflow would send them (``user:password@`` in the address,
+    ``MLFLOW_TRACKING_USERNAME``/``_PASSWORD``, ``MLFLOW_TRACKING_TOKEN``). One read of the
+    experiments list; a server error (5xx) is left to the run's retries."""
     from urllib.parse import urlsplit
 
     import requests
@@ -458,6 +463,9 @@ def _check_credentials(uri: str, shown: str) -> None:
         auth = (user, password)
     elif os.environ.get("MLFLOW_TRACKING_TOKEN"):
         headers["Authorization"] = f"Bearer {os.environ['MLFLOW_TRACKING_TOKEN']}"
+    verify = os.environ.get("MLFLOW_TRACKING_SERVER_CERT_PATH") or (
+        os.environ.get("MLFLOW_TRACKING_INSECURE_TLS", "").lower() != "true"
+    )
     try:  # requests takes user:password@ from the address itself
         answer = requests.get(
             f"{uri.rstrip('/')}/api/2.0/mlflow/experiments/search",
@@ -465,9 +473,21 @@ def _check_credentials(uri: str, shown: str) -> None:
             headers=headers,
             auth=auth,
             timeout=SERVER_TIMEOUT_S,
+            verify=verify,
         )
-    except requests.RequestException:
-        return  # it accepted the connection; a run's own calls retry and say what fails
+    except requests.exceptions.SSLError:
+        raise InputError(
+            f"MLFLOW_TRACKING_URI {shown}: its TLS certificate is not trusted here; give its CA's certificate"
+            " as MLFLOW_TRACKING_SERVER_CERT_PATH (or set MLFLOW_TRACKING_INSECURE_TLS=true)"
+        ) from None
+    except requests.Timeout:
+        raise InputError(
+            f"MLFLOW_TRACKING_URI {shown} takes the connection but does not answer an MLflow request within"
+            f" {SERVER_TIMEOUT_S:g} s; check that an MLflow tracking server runs there"
+        ) from None
+    except requests.RequestException as err:
+        reason = redacted_text(str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__)
+        raise InputError(f"MLFLOW_TRACKING_URI {shown}: the request to the server failed ({reason})") from None
     given = bool(headers or auth or urlsplit(uri).username)
     if answer.status_code == 401:
         what = "refused the user and password given" if given else "asks for a user and password"
@@ -477,6 +497,11 @@ def _check_credentials(uri: str, shown: str) -> None:
         )
     if answer.status_code == 403:
         raise InputError(f"MLFLOW_TRACKING_URI {shown}: the user given may not read its experiments (HTTP 403)")
+    if answer.status_code == 404:
+        raise InputError(
+            f"MLFLOW_TRACKING_URI {shown} answers, but not as an MLflow tracking server (HTTP 404 for its"
+            " experiments); check the address"
+        )
 
 
 #: MLflow keeps an experiment's name in a column of 500 characters; names stay well inside.
