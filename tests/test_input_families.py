@@ -176,6 +176,7 @@ STORE_URIS = [
     ("postgresql://user@127.0.0.1:9/db", "the database refuses the connection or does not answer"),
     ("http://127.0.0.1:9", "no tracking server answers"),
     ("sqlite:////nonexistent/dir/x.db", "does not exist"),
+    ("file:///tmp", "MLflow keeps its file store for old runs only"),  # a form it listed as valid: a traceback
 ]
 
 
@@ -285,6 +286,7 @@ def test_a_server_that_stalls_or_is_not_mlflow_is_refused_at_the_door(
         (["tracking", "close-stale", "--store", "X.npy"], "is a file"),
         (["tracking", "setup", "--store", "X.npy"], "is a file"),
         (["tracking", "setup", "--store", "s", "--flag", "/dev/null/x.json"], "--flag"),
+        (["tracking", "setup", "--store", "s", "--experiment", ""], "--experiment is empty"),
     ],
 )
 def test_a_store_or_experiment_that_cannot_be_used_is_refused(folder, capsys, monkeypatch, argv, words):

@@ -54,6 +54,8 @@ def check_common(args: argparse.Namespace) -> None:
         raise InputError(f"--siamese {args.siamese} does not exist; name the features' Siamese checkpoint")
     if args.command == "tracking" and args.action == "url" and len(args.experiment) > 1:
         raise InputError(f"tracking url shows one experiment, got --experiment {args.experiment}")
+    for experiment in getattr(args, "experiment", None) or []:
+        check_experiment_name(experiment, "--experiment")
     if args.command == "tracking":
         # closing the runs of a local store that does not exist closes none
         if args.action in ("setup", "url") or Path(args.store).exists() or os.environ.get("MLFLOW_TRACKING_URI"):

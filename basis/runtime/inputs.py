@@ -382,7 +382,7 @@ def check_tracking_uri(uri: str, *, reach: bool = True) -> None:
 
     parsed, shown = urlparse(uri), redacted_uri(uri)
     scheme = parsed.scheme.lower()
-    expected = "expected http(s)://host:port, sqlite:////absolute/path.db, file:///folder or a database URI"
+    expected = "expected http(s)://host:port, sqlite:////absolute/path.db or a database URI"
     if scheme in ("http", "https"):
         if not parsed.hostname:
             raise InputError(f"MLFLOW_TRACKING_URI {shown} names no host; {expected}")
@@ -416,6 +416,11 @@ def check_tracking_uri(uri: str, *, reach: bool = True) -> None:
             _check_database(uri, shown, driver)
     elif scheme == "file" or (not scheme and uri.startswith("/")):
         folder = Path(parsed.path or uri)
+        if os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() != "true":  # MLflow 3 refuses it otherwise
+            raise InputError(
+                f"MLFLOW_TRACKING_URI {shown}: MLflow keeps its file store for old runs only; give a database"
+                " (sqlite:////absolute/path.db), or set MLFLOW_ALLOW_FILE_STORE=true to use the folder"
+            )
         if folder.exists() and not folder.is_dir():
             raise InputError(f"MLFLOW_TRACKING_URI {shown} is a file; a file store is a folder")
     else:
