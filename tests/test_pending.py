@@ -142,6 +142,37 @@ def test_a_replay_the_server_stops_resumes_where_it_stopped(store, monkeypatch):
     assert differences(found["unit-steady"], found["unit-outage"]) == []  # the model once, each point once
 
 
+@pytest.mark.parametrize(
+    "damage, words",
+    [
+        (lambda lines: lines[:-1] + [lines[-1][: len(lines[-1]) // 2]], "is not a write this project kept"),
+        (lambda lines: lines + ["[1, 2]"], "is not a write this project kept"),
+        (lambda lines: lines + ['{"write": "rm_rf", "arguments": [], "files": []}'], "is not a write this project"),
+        (lambda lines: lines + ['{"write": "log_artifact", "arguments": ["a"], "files": [5]}'], "is not a write"),
+    ],
+    ids=["cut-short", "not-an-object", "unknown-write", "file-out-of-range"],
+)
+def test_a_malformed_journal_is_refused_in_one_line_before_anything_is_sent(store, capsys, damage, words):
+    """It ended in a traceback, or sent the writes before the bad line and then stopped."""
+    from basis.cli import launcher
+    from basis.tracking import client
+
+    folder, run_job = store
+    run_id = run_job("unit-outage", writes=3)
+    journal = folder / "pending" / run_id / "journal.jsonl"
+    journal.write_text("\n".join(damage(journal.read_text().splitlines())) + "\n")
+    before = client(folder).get_run(run_id).data
+    capsys.readouterr()
+    assert launcher.run_command(["tracking", "replay", "--store", str(folder)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0] and "journal.jsonl: line" in err[0], err
+    assert client(folder).get_run(run_id).data.metrics == before.metrics and journal.exists()
+    (journal.parent / "progress.json").write_text("{not json")
+    journal.write_text("")
+    assert launcher.run_command(["tracking", "replay", "--store", str(folder)]) == 2
+    assert "progress.json is corrupt" in capsys.readouterr().err
+
+
 def test_a_write_the_server_refuses_is_raised_not_kept(store, monkeypatch):
     from mlflow.exceptions import MlflowException
     from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE

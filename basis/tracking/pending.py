@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
+from basis.errors import InputError
 from basis.tracking.store import DEFAULT_STORE, client, scoped_tracking_uri
 
 #: The folder under a store that holds the runs not yet fully logged.
@@ -119,13 +120,56 @@ class Journal:
         with open(self.folder / "journal.jsonl", "a") as journal:
             journal.write(json.dumps({"write": write, "arguments": arguments, "files": list(files)}) + "\n")
 
-    def entries(self) -> list[dict]:
-        lines = (self.folder / "journal.jsonl").read_text().splitlines()
-        entries = [json.loads(line) for line in lines if line.strip()]
-        for entry in entries:
+    def entries(self, known: Collection[str]) -> list[dict]:
+        """The kept writes in order, each one of ``known``; a line that is not one (a journal
+        cut short or edited) is refused in one line, before anything is sent."""
+        path = self.folder / "journal.jsonl"
+        entries = []
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                entry = None
+            if not _kept_write(entry, known):
+                raise InputError(
+                    f"{path}: line {number} is not a write this project kept; its run cannot be replayed"
+                    f" (remove {self.folder} to drop its pending writes)"
+                )
             for position in entry["files"]:
                 entry["arguments"][position] = str(self.folder / entry["arguments"][position])
+            entries.append(entry)
         return entries
+
+
+def _progress(path: Path) -> dict:
+    """How far an interrupted replay got (``done`` writes, the models it logged)."""
+    try:
+        progress = json.loads(path.read_text())
+    except ValueError:
+        progress = None
+    if not (
+        isinstance(progress, dict)
+        and isinstance(progress.get("done"), int)
+        and isinstance(progress.get("models"), dict)
+    ):
+        raise InputError(
+            f"{path} is corrupt: how far the replay got is lost (remove {path.parent} to drop the run's writes)"
+        )
+    return progress
+
+
+def _kept_write(entry: Any, known: Collection[str]) -> bool:
+    """Whether ``entry`` is a write as :meth:`Journal.keep` writes it, of a ``known`` kind."""
+    if not isinstance(entry, dict) or entry.get("write") not in known:
+        return False
+    arguments, files = entry.get("arguments"), entry.get("files")
+    return (
+        isinstance(arguments, list)
+        and isinstance(files, list)
+        and all(isinstance(p, int) and 0 <= p < len(arguments) and isinstance(arguments[p], str) for p in files)
+    )
 
 
 def replay(
@@ -140,8 +184,8 @@ def replay(
     for run_id in runs or pending_runs(store):
         journal = Journal(store, run_id)
         progress_file = journal.folder / "progress.json"
-        progress = json.loads(progress_file.read_text()) if progress_file.exists() else {"done": 0, "models": {}}
-        entries = journal.entries()
+        entries = journal.entries(writes)
+        progress = _progress(progress_file) if progress_file.exists() else {"done": 0, "models": {}}
         for index in range(progress["done"], len(entries)):
             entry = entries[index]
             model = writes[entry["write"]](mlflow_client, run_id, progress["models"], *entry["arguments"])
