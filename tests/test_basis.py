@@ -9,6 +9,7 @@ from sklearn.model_selection import train_test_split
 
 from basis import metrics
 from basis.data.toy_sets import three_moons, three_moons_anchors
+from basis.errors import InputError
 from basis.estimators import BASiS, SpectralEstimator
 from basis.references import analytic_embedding
 from basis.studies.consistency import anchor_spread
@@ -194,3 +195,11 @@ def test_anchor_outliers_put_another_class_in_the_chosen_anchor_slots(moons):
     assert torch.equal(model.reference_indices_[: len(anchors)], anchors)
     with pytest.raises(ValueError, match=r"anchor_outliers=1.0 is out of range: expected in \[0, 1\)"):
         BASiS(2, anchor_outliers=1.0, batch_size=200, device="cpu").fit(X_train, y_train)
+
+
+def test_a_ransac_sample_the_classes_outgrow_is_refused_naming_where_to_set_it():
+    """Twenty classes need 21 anchors a hypothesis, one more than the default sample: the
+    message says where the setting lives (it did not, and came after the features job)."""
+    X = np.random.default_rng(0).normal(size=(300, 30)).astype(np.float32)
+    with pytest.raises(InputError, match=r"K\+1=21 .* got 20; set it \(a config's methods.basis"):
+        BASiS(20, anchors="random", n_anchors=30, batch_size=100, n_iter=1).fit(X)

@@ -234,7 +234,8 @@ class BASiS(BatchTargets, SpectralEstimator):
         if self.alignment == "ransac" and not minimal <= self.ransac_sample_size <= n_anchors:
             raise InputError(
                 f"ransac_sample_size must be between {count}={minimal} and the number of anchors {n_anchors},"
-                f" got {self.ransac_sample_size}"
+                f" got {self.ransac_sample_size}; set it (a config's methods.basis and the protocol of"
+                " experiments.variants, or --set ransac_sample_size=N)"
             )
         if n_anchors >= self.batch_size:
             raise InputError(f"{n_anchors} anchors leave no room in a batch of {self.batch_size}")

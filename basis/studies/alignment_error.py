@@ -104,7 +104,7 @@ def alignment_error(
     if unfit:
         raise InputError(
             f"batch sizes {unfit} do not fit: a batch holds the {shared_size} shared nodes (anchors and held out)"
-            f" plus at least one and at most {others} others of {dataset!r}'s training split"
+            f" plus at least one and at most {others} others of {dataset}'s training split"
         )
     config = GraphConfig.from_dict(graph_settings["graph"])
 
