@@ -282,3 +282,15 @@ def test_reading_the_workflow_starts_nothing_and_only_a_real_execution_closes_st
     done = run_snakemake(folder, "results/data/two_moons.json", *config, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     assert _status(store, "live") == "KILLED"
+
+
+def test_the_closing_lines_name_the_answer_and_open_the_view_of_the_store_in_use(monkeypatch):
+    from basis.tracking.views import where_to_look
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    local = where_to_look("basis-runs").splitlines()
+    assert local[0].startswith("The answer: results/paper/comparison.md")
+    assert "mlflow ui --backend-store-uri sqlite:///results/mlflow/mlflow.db" in local[2]
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "https://alice:s3cret@mlflow.example:5000")
+    served = where_to_look("basis-runs")
+    assert "s3cret" not in served and "--ui https://mlflow.example:5000" in served and "mlflow ui" not in served

@@ -398,6 +398,13 @@ def test_rerunning_one_job_supersedes_its_old_run(workflow):
     metrics_before = (workflow / target).read_bytes()
     done = snakemake(workflow, "--forcerun", target)
     assert done.returncode == 0, done.stderr[-3000:]
+    # it ends by saying where the answer is and how to open the MLflow view, as the README does
+    readme = (ROOT / "README.md").read_text()
+    lines = done.stderr.splitlines()  # Snakemake's own log hint and runtime follow them
+    closing = next(lines[i : i + 4] for i, line in enumerate(lines) if line.startswith("The answer:"))
+    assert closing[0].startswith("The answer: results/paper/comparison.md") and "mlflow ui" in closing[2], closing
+    url_command = closing[3].strip().split(" --ui")[0]
+    assert closing[2].strip() in readme and url_command in readme.replace("basis-runs", "tiny-runs")
     assert (workflow / target).read_bytes() == metrics_before  # scores only, no timings: a seed gives the same file
     _, after = runs(workflow, "runs")
     new = [r for r in after if r.info.run_id not in {b.info.run_id for b in before}]

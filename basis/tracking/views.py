@@ -140,3 +140,29 @@ def _stage_tags(experiment: str) -> dict[str, str]:
     if stage == "runs":
         tags[f"mlflow.sharedViewState.{TABLE1_VIEW}"] = table1_view()
     return tags
+
+
+#: What a finished workflow hands the reader, and where.
+ANSWER = "results/paper/comparison.md"
+
+
+def where_to_look(runs_experiment: str, store: str | Path = DEFAULT_STORE) -> str:
+    """The lines a finished workflow ends with: where the answer is, and the two commands that
+    open Table 1's view in the MLflow UI (a local store's UI, or the tracking server's)."""
+    from basis.runtime.inputs import redacted_uri
+
+    uri = os.environ.get("MLFLOW_TRACKING_URI")
+    if uri and uri.startswith(("http://", "https://")):
+        ui, serve = redacted_uri(uri), f"the tracking server serves the UI at {redacted_uri(uri)}"
+    else:
+        ui = "http://127.0.0.1:5000"
+        database = uri or f"sqlite:///{Path(store) / 'mlflow.db'}"
+        serve = f".venv/bin/mlflow ui --backend-store-uri {database} --host 127.0.0.1 --port 5000 --workers 1"
+    return "\n".join(
+        [
+            f"The answer: {ANSWER} (and its .html beside it); Table 1: results/paper/table1.md.",
+            "Table 1 in the MLflow UI:",
+            f"  {serve}",
+            f"  .venv/bin/python -m basis tracking url --experiment {runs_experiment} --ui {ui}",
+        ]
+    )

@@ -4,6 +4,7 @@
 # commands the jobs run: commands.smk.
 import subprocess
 import sys
+from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 from snakemake.io import IOFile
@@ -24,6 +25,7 @@ from basis.errors import InputError
 from basis.runtime.gpus import visible_gpu_count
 from basis.runtime.jobs import age_restored_outputs
 from basis.tracking import STAGE_DESCRIPTIONS, TRACKING_FLAG, check_results_store
+from basis.tracking.views import ANSWER, where_to_look
 
 SCHEMA = "../schemas/config.schema.yaml"
 
@@ -116,6 +118,12 @@ onstart:
 
 onerror:
     keep_failed_jobs_out_of_date()
+
+
+onsuccess:
+    # the last lines a user reads: where the answer is and how to open the MLflow view
+    if Path(ANSWER).exists():
+        print(where_to_look(EXPERIMENTS["runs"]), file=sys.stderr)
 
 
 # Jobs that only download, set up or tabulate run on the submitting host of a cluster
