@@ -14,10 +14,11 @@
 # as root. It refuses to start where a SLURM daemon runs that it did not start or where
 # /etc/slurm holds a configuration it did not write, and `down` stops only the daemons
 # whose pid files it wrote and removes only its own configuration. Needs root and a writable
-# cgroup v1 freezer hierarchy: SLURM tracks each job's processes in a cgroup
-# (proctrack/cgroup), so that ending a job ends every process it started, and `down` finds
-# job processes through SLURM, never by reading other processes. `up` after a run that was
-# not torn down (killed) first stops what that run left.
+# cgroup v1 pids hierarchy: `up` starts the daemons in a cgroup of their own, which every
+# process they start stays in (SLURM's jobs, and a job's process that left its parent or
+# its session), so that `down` ends what is left there after SLURM has ended its jobs,
+# never looking through other processes. `up` after a run that was not torn down (killed)
+# first stops what that run left.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=tests/cluster/daemons.sh
@@ -26,8 +27,9 @@ STATE=${CLUSTER_STATE:-$here/.state}
 PACKAGES=(slurm-wlm slurmdbd slurm-client munge mariadb-server)
 DB_PORT=${CLUSTER_DB_PORT:-13306}
 CONF=/etc/slurm
-CONFIGS=("$CONF/slurm.conf" "$CONF/slurmdbd.conf" "$CONF/cgroup.conf")
-FREEZER=/sys/fs/cgroup/freezer  # cgroup v1's freezer hierarchy, which proctrack/cgroup uses
+CONFIGS=("$CONF/slurm.conf" "$CONF/slurmdbd.conf")
+# the daemons' cgroup, one per state folder (a test holds a cluster in a folder of its own)
+CGROUP=/sys/fs/cgroup/pids/basis-slurm-$(echo "$STATE" | md5sum | cut -c1-12)
 MARK="# written by basis-repro tests/cluster/slurm_cluster.sh"
 
 say() { echo "slurm_cluster: $*" >&2; }
@@ -77,7 +79,7 @@ SlurmctldPidFile=$STATE/slurmctld.pid
 SlurmdPidFile=$STATE/slurmd.pid
 SlurmctldLogFile=$STATE/slurmctld.log
 SlurmdLogFile=$STATE/slurmd.log
-ProctrackType=proctrack/cgroup
+ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU_Memory
@@ -96,12 +98,6 @@ SchedulerType=sched/backfill
 MpiDefault=none
 NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$memory State=UNKNOWN
 PartitionName=main Nodes=$host Default=YES MaxTime=INFINITE State=UP
-EOF
-    cat > "$CONF/cgroup.conf" << EOF
-$MARK
-CgroupPlugin=cgroup/v1
-CgroupMountpoint=/sys/fs/cgroup
-CgroupAutomount=no
 EOF
     cat > "$CONF/slurmdbd.conf" << EOF
 $MARK
@@ -158,10 +154,11 @@ up() {
         down
         mkdir -p "$STATE"
     fi
-    if [ ! -w "$FREEZER" ]; then
-        say "refusing: SLURM tracks its jobs' processes in cgroups and $FREEZER is not writable here"
+    if ! mkdir -p "$CGROUP" 2> /dev/null; then
+        say "refusing: the daemons and their jobs are kept in a cgroup, and $(dirname "$CGROUP") is not writable here"
         exit 3
     fi
+    echo $$ > "$CGROUP/cgroup.procs"  # this script, and so everything it starts from here on
     local file
     for file in "${CONFIGS[@]}"; do
         if [ -e "$file" ] && ! grep -qxF "$MARK" "$file"; then
@@ -191,9 +188,7 @@ jobs_gone() { [ -z "$(squeue -h -o %i 2> /dev/null)" ] && [ -z "$(scontrol listp
 down() {
     local pid file
     if [ -e "$STATE/slurmctld.pid" ] && kill -0 "$(cat "$STATE/slurmctld.pid")" 2> /dev/null; then
-        # SLURM ends its jobs: proctrack/cgroup holds every process a job started, those that
-        # left their parent or their session included, and kills them all with the job.
-        scancel --user=root > /dev/null 2>&1 || true
+        scancel --user=root > /dev/null 2>&1 || true  # SLURM ends its jobs as it tracks them
         wait_for 60 "the cancelled jobs to end" jobs_gone || true
     fi
     for file in slurmd slurmctld slurmdbd mariadb munged; do
@@ -206,11 +201,18 @@ down() {
         done
         kill -9 "$pid" 2> /dev/null || true
     done
+    # what the daemons started and that outlived its job (a process that left its parent):
+    # it is in their cgroup, whatever its parent or session
+    if [ -e "$CGROUP/cgroup.procs" ]; then
+        for _ in 1 2 3; do
+            xargs -r kill -9 < "$CGROUP/cgroup.procs" 2> /dev/null || true
+            sleep 0.5
+        done
+        rmdir "$CGROUP" 2> /dev/null || true
+    fi
     for file in "${CONFIGS[@]}"; do
         [ -e "$file" ] && grep -qxF "$MARK" "$file" && rm -f "$file"
     done
-    # the (empty) cgroups slurmd made under the freezer hierarchy, deepest first
-    find "$FREEZER/slurm_$(hostname -s)" -depth -type d -exec rmdir {} + 2> /dev/null || true
     rm -rf "$STATE"
     say "down"
 }

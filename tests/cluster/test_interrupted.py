@@ -61,7 +61,14 @@ def _held(folder: Path, held_for_s: float) -> subprocess.Popen:
         return subprocess.Popen(
             [*command, "-c", str(folder / "pytest.ini"), "--rootdir", str(folder), str(folder / "test_holding.py")],
             cwd=folder, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=_ctrl_c_heard,
         )  # fmt: skip
+
+
+def _ctrl_c_heard() -> None:
+    """SIGINT as at a terminal: a suite started in the background of a script (CI's) inherits
+    it ignored, and Python then never turns it into a KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _daemons_up(folder: Path, held: subprocess.Popen) -> list[int]:
