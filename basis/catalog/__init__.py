@@ -361,6 +361,7 @@ def _check_points(values: dict[str, Any]) -> None:
     """The scale study's grid of n against what it needs: more points than Nyström's
     landmarks, and no more than an image set has."""
     points, landmarks, dataset = values["n_points"], values.get("landmarks"), values.get("dataset")
+    points = list(points) if isinstance(points, (list, tuple)) else [points]  # a study may take one n
     if landmarks and "nystrom" in (values.get("methods") or ["nystrom"]) and min(points) <= max(landmarks):
         raise InputError(
             f"every n of n_points must exceed the largest of landmarks ({max(landmarks)}), got {min(points)}"
