@@ -106,8 +106,9 @@ def _assert_nothing_left(folder: Path, pids: list[int]) -> None:
 
 
 @pytest.fixture
-def folder():
-    """A folder PostgreSQL's own user can reach (pytest's are its owner's only)."""
+def folder(sigterm_tears_down):
+    """A folder PostgreSQL's own user can reach (pytest's are its owner's only); whatever a
+    held pytest left in it goes down with it, this suite stopped by a time limit included."""
     if os.geteuid() != 0:
         pytest.fail("the cluster tests start SLURM's daemons and need root (make test-cluster as root)")
     if SLURM_CONF.exists():
