@@ -200,9 +200,9 @@ def _declared(node: ast.expr):
     return ast.literal_eval(node)
 
 
-#: Modules of ``basis/studies/`` that studies share, not studies themselves: drawing and
-#: saving figures, and the training protocols of the studies beyond the paper.
-STUDY_HELPERS = ("__init__", "figures", "protocols")
+#: Modules of ``basis/studies/`` that are not studies themselves: drawing and saving figures,
+#: the training protocols of the studies beyond the paper, and the scale study's figure.
+STUDY_HELPERS = ("__init__", "figures", "protocols", "scale_figure")
 
 
 @cache

@@ -449,15 +449,10 @@ def _check_database(uri: str, shown: str, driver: str) -> None:
 
 
 def _check_credentials(uri: str, shown: str) -> None:
-    """Make the request a run's first call makes, as MLflow would make it, and refuse the
-    server in one line where that call would hang or fail: no answer within
-    :data:`SERVER_TIMEOUT_S` (a server that takes the connection and stalls), a TLS
-    certificate not trusted (MLflow's ``MLFLOW_TRACKING_SERVER_CERT_PATH`` and
-    ``MLFLOW_TRACKING_INSECURE_TLS`` are honoured), an address that is not an MLflow server
-    (HTTP 404), and credentials it turns away (MLflow's basic-auth app): none given, or a
-    wrong user or password, as MLflow would send them (``user:password@`` in the address,
-    ``MLFLOW_TRACKING_USERNAME``/``_PASSWORD``, ``MLFLOW_TRACKING_TOKEN``). One read of the
-    experiments list; a server error (5xx) is left to the run's retries."""
+    """One read of the experiments list, as MLflow's client makes it (its TLS settings and
+    credentials), refusing in one line what would hang or fail a run: no answer within
+    :data:`SERVER_TIMEOUT_S`, an untrusted certificate, not MLflow (404), credentials turned
+    away (401, 403). A server error (5xx) is left to the run's retries."""
     from urllib.parse import urlsplit
 
     import requests
