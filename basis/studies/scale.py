@@ -38,8 +38,6 @@ from basis.studies import Figure, Study, StudyResult
 
 # the figure and the claims, declared by STUDY below, are the study's attributes
 from basis.studies.scale_figure import (  # noqa: F401
-    D_G_RATIO_FLOOR,
-    FIT_SLOPE_FLOOR,
     MEASURES,
     NOT_STARTED,
     PAST_LIMIT,
