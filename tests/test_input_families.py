@@ -177,6 +177,7 @@ STORE_URIS = [
     ("http://127.0.0.1:9", "no tracking server answers"),
     ("sqlite:////nonexistent/dir/x.db", "does not exist"),
     ("file:///tmp", "MLflow keeps its file store for old runs only"),  # a form it listed as valid: a traceback
+    ("sqlite:////proc/mlflow.db", "sqlite:////proc/mlflow.db: the folder /proc cannot be written"),  # read-only
 ]
 
 
@@ -194,6 +195,37 @@ def test_a_store_uri_that_cannot_be_used_is_refused(folder, capsys, monkeypatch,
     argv = ["run", "--method", "basis", "--dataset", "two_moons", "--track", "exp", "--out", "out"]
     assert words in refused(argv, folder, capsys, monkeypatch)
     assert not Path("/nonexistent").exists()
+
+
+@pytest.mark.parametrize("as_uri", [False, True])
+def test_a_store_another_process_holds_locked_is_refused_after_a_short_wait(folder, capsys, monkeypatch, as_uri):
+    """An sqlite3 shell holding an exclusive lock: one line naming the lock after
+    LOCK_WAIT_S, not MLflow's "database is locked" traceback; the store is left as it was."""
+    import sqlite3
+
+    from basis.runtime import stores
+
+    store = folder / "store"
+    store.mkdir()
+    database = store / "mlflow.db"
+    sqlite3.connect(database).execute("CREATE TABLE kept (x)").connection.close()
+    before = database.read_bytes()
+    monkeypatch.setattr(stores, "LOCK_WAIT_S", 0.5)
+    holder = sqlite3.connect(database, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        argv = ["run", "--method", "basis", "--dataset", "two_moons", "--track", "exp", "--out", "out"]
+        if as_uri:
+            monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{database}")
+        else:
+            argv += ["--store", str(store)]
+        line = refused(argv, folder, capsys, monkeypatch)
+    finally:
+        holder.rollback()
+        holder.close()
+    assert "is locked by another process (waited 0.5 s)" in line
+    assert f"sqlite:///{database}" in line if as_uri else f"--store {store}" in line
+    assert database.read_bytes() == before
 
 
 def _self_signed(folder: Path) -> ssl.SSLContext:

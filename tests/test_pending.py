@@ -219,7 +219,7 @@ class _Refusing(http.server.BaseHTTPRequestHandler):
 )
 def test_a_server_that_refuses_the_credentials_is_refused_at_the_door(monkeypatch, credentials, said):
     from basis.errors import InputError
-    from basis.runtime.inputs import check_tracking_uri
+    from basis.runtime.stores import check_tracking_uri
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Refusing)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -245,7 +245,7 @@ def test_a_token_is_sent_as_mlflow_sends_it_and_never_shown(monkeypatch):
     """MLflow sends the user and password when both are set, else the token: the door's
     check sends what the runs will send, and its refusal does not show the token."""
     from basis.errors import InputError
-    from basis.runtime.inputs import check_tracking_uri
+    from basis.runtime.stores import check_tracking_uri
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Refusing)
     threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -14,15 +14,9 @@ from pathlib import Path
 
 from basis.cli.parser import build_parser
 from basis.errors import InputError, Terminated
-from basis.runtime.inputs import (
-    check_experiment_name,
-    check_output,
-    check_seed,
-    check_store,
-    declare_inputs,
-    release_outputs,
-)
+from basis.runtime.inputs import check_output, check_seed, declare_inputs, release_outputs
 from basis.runtime.stopping import STOPPED_STATUS, stop_on_sigterm
+from basis.runtime.stores import check_experiment_name, check_store
 from basis.runtime.threads import limit_threads
 from basis.runtime.timing import job_seconds, recording, report
 
@@ -107,7 +101,7 @@ def _store_name(store: str) -> str:
     uri = os.environ.get("MLFLOW_TRACKING_URI")
     if not uri:
         return f"{store}/mlflow.db"
-    from basis.runtime.inputs import redacted_uri
+    from basis.runtime.stores import redacted_uri
 
     return redacted_uri(uri)
 
@@ -147,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         import traceback
 
-        from basis.runtime.inputs import redacted_text
+        from basis.runtime.stores import redacted_text
 
         print(redacted_text(traceback.format_exc()), end="", file=sys.stderr)
         print(

@@ -147,7 +147,7 @@ def cmd_reference(args: argparse.Namespace) -> int:
 
 def cmd_tracking(args: argparse.Namespace) -> int:
     from basis import tracking
-    from basis.runtime.inputs import redacted_uri
+    from basis.runtime.stores import redacted_uri
 
     if args.action == "setup":
         ids = tracking.ensure_experiments(args.experiment, store=args.store)
@@ -172,7 +172,7 @@ def cmd_tracking(args: argparse.Namespace) -> int:
 
 def _replay(store: str) -> dict[str, int]:
     """The kept writes of the runs a server could not take, sent (basis.tracking.pending)."""
-    from basis.runtime.inputs import redacted_uri
+    from basis.runtime.stores import redacted_uri
     from basis.tracking import tracking_uri
     from basis.tracking.pending import reason, replay, server_unreachable
     from basis.tracking.runs import WRITES

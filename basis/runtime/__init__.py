@@ -5,7 +5,8 @@ phase timings (:mod:`~basis.runtime.timing`), thread budgets (:mod:`~basis.runti
 a CPU Adam (:mod:`~basis.runtime.optim`), device choice (:mod:`~basis.runtime.device`),
 stopping on SIGTERM (:mod:`~basis.runtime.stopping`), time limits
 (:mod:`~basis.runtime.deadline`), peak host memory (:mod:`~basis.runtime.memory`), and files
-in (:mod:`~basis.runtime.inputs`) and out (:mod:`~basis.runtime.outputs`).
+in (:mod:`~basis.runtime.inputs`, stores by :mod:`~basis.runtime.stores`) and out
+(:mod:`~basis.runtime.outputs`).
 
 These modules import no other part of ``basis`` but :mod:`basis.errors`.
 """

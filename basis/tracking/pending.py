@@ -84,7 +84,7 @@ def server_unreachable(error: BaseException) -> bool:
 def reason(error: BaseException) -> str:
     """Why a write failed, short and without credentials: the cause MLflow's message ends with
     (``... (Caused by ...)``) where it has one, else its first line."""
-    from basis.runtime.inputs import redacted_text
+    from basis.runtime.stores import redacted_text
 
     text = (str(error).splitlines() or [type(error).__name__])[0]
     if "Caused by " in text:

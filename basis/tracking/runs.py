@@ -366,7 +366,7 @@ def tracked_run(
         tracked.set_terminated("FINISHED")
         tracked.supersede_older(run.info.experiment_id, all_tags)
     if tracked.journal is not None:
-        from basis.runtime.inputs import redacted_uri
+        from basis.runtime.stores import redacted_uri
 
         print(
             f"warning: results written, but run {run.info.run_id} ({run_name}) is not fully logged: the tracking"

@@ -63,7 +63,7 @@ def store_identity(store: str | Path = DEFAULT_STORE) -> str | None:
     sqlite3 in read-only mode, without MLflow; None when there is no local store (or runs
     go to a server, whose identity is its URI without credentials: it is written to a file)."""
     if os.environ.get("MLFLOW_TRACKING_URI"):
-        from basis.runtime.inputs import redacted_uri
+        from basis.runtime.stores import redacted_uri
 
         return redacted_uri(os.environ["MLFLOW_TRACKING_URI"])
     created = read_local_store(store, "SELECT MIN(creation_time) FROM experiments")
@@ -79,7 +79,7 @@ def check_results_store(flag: str | Path = TRACKING_FLAG, store: str | Path = DE
     address: whether its server answers is asked when jobs start), and refuse to take
     finished results for complete when the MLflow store behind them was deleted or replaced
     (its runs are gone): an InputError saying what to do. Only reads ``flag`` and the store."""
-    from basis.runtime.inputs import check_tracking_uri
+    from basis.runtime.stores import check_tracking_uri
 
     if os.environ.get("MLFLOW_TRACKING_URI"):
         check_tracking_uri(os.environ["MLFLOW_TRACKING_URI"], reach=False)

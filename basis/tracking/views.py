@@ -149,7 +149,7 @@ ANSWER = "results/paper/comparison.md"
 def where_to_look(runs_experiment: str, store: str | Path = DEFAULT_STORE) -> str:
     """The lines a finished workflow ends with: where the answer is, and the two commands that
     open Table 1's view in the MLflow UI (a local store's UI, or the tracking server's)."""
-    from basis.runtime.inputs import redacted_uri
+    from basis.runtime.stores import redacted_uri
 
     uri = os.environ.get("MLFLOW_TRACKING_URI")
     if uri and uri.startswith(("http://", "https://")):
