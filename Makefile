@@ -14,10 +14,13 @@ $(STAMP): pyproject.toml
 .PHONY: setup run quick test test-fast test-cluster lint bench
 setup: $(STAMP)
 
+# The config is checked first: Snakemake's own message for malformed YAML names no line.
 run: $(STAMP)
+	$(VENV)/bin/python -m basis config config/config.yaml
 	$(VENV)/bin/snakemake --cores all
 
 quick: $(STAMP)
+	$(VENV)/bin/python -m basis config config/quick.yaml
 	$(VENV)/bin/snakemake --cores all --configfile config/quick.yaml
 
 # One pytest worker per core (at most 4); a test module's tests share a worker, so that

@@ -101,7 +101,7 @@ class FeatureChangeTrainer:
         ransac_iter: int = 100,
         ransac_max_iter: int = 5000,
         ransac_confidence: float = 0.99,
-        ransac_sample_size: int = 20,
+        ransac_sample_size: int | None = None,
         ransac_tolerance: float = 0.25,
         ransac_tolerance_mode: str = "relative",
         use_global_transform: bool = True,

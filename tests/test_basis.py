@@ -197,9 +197,24 @@ def test_anchor_outliers_put_another_class_in_the_chosen_anchor_slots(moons):
         BASiS(2, anchor_outliers=1.0, batch_size=200, device="cpu").fit(X_train, y_train)
 
 
-def test_a_ransac_sample_the_classes_outgrow_is_refused_naming_where_to_set_it():
-    """Twenty classes need 21 anchors a hypothesis, one more than the default sample: the
-    message says where the setting lives (it did not, and came after the features job)."""
+def test_the_default_ransac_sample_follows_the_number_of_classes():
+    """Twenty classes need 21 anchors a hypothesis, one more than the authors' sample of 20:
+    by default the sample grows to K+1 (the default was a fixed 20, refused after the
+    features job); below K = 20 it stays the authors' 20, so seeded runs are unchanged."""
+    from basis.data.clusters import clustered_data
+
+    X, y = clustered_data(600, dim=30, n_clusters=20, seed=0)
+    model = BASiS(20, anchors_per_class=2, batch_size=100, n_iter=1, device="cpu").fit(X, y)
+    assert model.ransac_sample() == 21 and model.ransac_sample_size is None
+    assert BASiS(9).ransac_sample() == 20 and BASiS(9, alignment_map="linear").ransac_sample() == 20
+    assert BASiS(25, alignment_map="linear").ransac_sample() == 25
+
+
+def test_a_ransac_sample_the_anchors_cannot_fill_is_refused_naming_where_to_set_it():
+    """Too few anchors for the sample (given, or the default): the message names the key and
+    where it lives in a config, and the other way out (more anchors)."""
     X = np.random.default_rng(0).normal(size=(300, 30)).astype(np.float32)
-    with pytest.raises(InputError, match=r"K\+1=21 .* got 20; set it \(a config's methods.basis"):
-        BASiS(20, anchors="random", n_anchors=30, batch_size=100, n_iter=1).fit(X)
+    with pytest.raises(InputError, match=r"K\+1=21 .* got 30; set it \(a config's methods.basis"):
+        BASiS(20, anchors="random", n_anchors=25, ransac_sample_size=30, batch_size=100, n_iter=1).fit(X)
+    with pytest.raises(InputError, match=r"got 20 \(its default\); set it .* or draw more anchors"):
+        BASiS(5, anchors="random", n_anchors=10, batch_size=100, n_iter=1).fit(X)

@@ -50,6 +50,8 @@ def own(tmp_path_factory):
         ("mine", {"path": "{images}", "test": {"path": "{labelled}"}}, "is not in the layout of"),
         ("mine", {"path": "{images}", "test": {"fraction": 1.5}}, "between 0 and 1"),
         ("mine", {"path": "{unlabelled}", "n_components": 0}, "positive integer"),
+        # read when the config is (a dry run), not at the first job that embeds it
+        ("mine", {"path": "{unlabelled}"}, "data_sources.mine: {unlabelled} has no labels: declare its n_components"),
     ],
 )
 def test_a_bad_declaration_is_refused_in_one_line(own, name, declaration, words):
@@ -59,6 +61,7 @@ def test_a_bad_declaration_is_refused_in_one_line(own, name, declaration, words)
     (own["images"].parent / "README").write_text("not data")
     with pytest.raises(InputError) as refusal:
         data_source(name, filled)
+    words = words.replace("{unlabelled}", str(own["unlabelled"]))
     assert words in str(refusal.value) and "\n" not in str(refusal.value)
 
 

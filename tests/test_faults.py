@@ -473,3 +473,13 @@ def test_the_readmes_embed_of_a_logged_model_works_as_written(tmp_path):
     assert done.returncode == 0 and done.stderr == "", done.stderr
     np.testing.assert_array_equal(np.load(tmp_path / "Y.npy"), estimator.transform(X))
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlruns").exists()
+
+
+def test_a_message_shows_numpy_scalars_as_their_values():
+    """NumPy 2 writes np.int64(3) inside a list; a message names the classes as a user wrote them."""
+    from basis.errors import InputError, TrainingDiverged
+
+    labels = np.unique(np.array([3, 7]))
+    assert str(InputError(f"classes {list(labels)} are not in 'coil20'")) == "classes [3, 7] are not in 'coil20'"
+    assert str(TrainingDiverged(f"loss {np.float32(np.inf)} at step {np.int64(4)}")) == "loss inf at step 4"
+    assert str(InputError(f"value {np.str_('a')!r}, {np.bool_(True)!r}")) == "value 'a', True"

@@ -180,3 +180,19 @@ def test_the_range_check_is_exact_at_the_limit_whichever_way_a_block_is_decided(
             np.testing.assert_array_equal(load_feature_table(tmp_path / "t.npy").X, values.astype(np.float32), name)
         else:
             assert f"{named} is" in _refused(tmp_path / "t.npy"), name
+
+
+@pytest.mark.parametrize(
+    "header, rows",
+    [("a,b,label", ["1,2,0", "3,4,1"]), ("a,b,Class", ["1,2,0", "3,4,1"]), ("a,kind,b", ["1,cat,2", "3,dog,4"])],
+)
+def test_a_table_read_without_its_label_column_names_the_column_to_give(tmp_path, header, rows):
+    """A column named as labels are, or of words, read as features would make the run say the
+    table has no labels; the refusal names the flag and the key that take it."""
+    path = tmp_path / "t.csv"
+    path.write_text("\n".join([header, *rows]) + "\n")
+    column = next(name for name in header.split(",") if name not in ("a", "b"))
+    refusal = f"column '{column}' looks like its labels; name it with --label-column {column}"
+    with pytest.raises(InputError, match=refusal):
+        load_feature_table(path)
+    assert load_feature_table(path, label_column=column).y is not None

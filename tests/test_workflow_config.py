@@ -3,12 +3,14 @@ functions the workflow calls at parse time, torch-free."""
 
 import copy
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from conftest import HANG_GUARD_S
 from snakemake.utils import validate
 
 from basis.catalog import FEATURE_SETS, TOY_SETS, method_names, study_names
@@ -225,3 +227,32 @@ def test_seeds_together_is_refused_for_a_method_whose_seeds_never_train_together
     config["methods"]["specnet1_published"] = {}
     with pytest.raises(InputError, match="specnet1_published cannot train its seeds together: the spectralnet"):
         check_workflow_config(config)
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("name: x\ndatasets: [digits\nseeds: 2\n", "my.yaml, line 3, column 6: not valid YAML: expected ',' or ']'"),
+        ("name: x\n\tseeds: 2\n", "my.yaml, line 2, column 1: not valid YAML: found character '\\t'"),
+        ("name: x\n  seeds: 2\n", "my.yaml, line 2, column 8: not valid YAML: mapping values are not allowed here"),
+        ("- a\n- b\n", "my.yaml: a config is a mapping of keys, got a list"),
+        ("name: x\n", "config my.yaml: (top level): 'data_root' is a required property"),
+    ],
+)
+def test_the_readmes_config_check_names_the_line_of_malformed_yaml(tmp_path, text, words):
+    """Snakemake's message for malformed YAML names no line; `python -m basis config my.yaml`
+    (the README's, and what make run and make quick run first) does, in one line, exit 2."""
+    (tmp_path / "my.yaml").write_text(text)
+    done = subprocess.run(
+        [sys.executable, "-m", "basis", "config", "my.yaml"], cwd=tmp_path, capture_output=True, text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=HANG_GUARD_S,
+    )  # fmt: skip
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"error: {words}"), done.stderr
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "config").glob("*.yaml")))
+def test_the_config_check_passes_every_shipped_config(path):
+    done = subprocess.run([sys.executable, "-m", "basis", "config", str(path)], capture_output=True, text=True,
+                          cwd=ROOT, timeout=HANG_GUARD_S)  # fmt: skip
+    assert done.returncode == 0, done.stderr

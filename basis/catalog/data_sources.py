@@ -182,7 +182,7 @@ def data_source(name: str, declaration: Mapping[str, Any], where: str | None = N
         not isinstance(n_components, int) or isinstance(n_components, bool) or n_components < 1
     ):
         raise InputError(f"{where}.n_components must be a positive integer, got {n_components!r}")
-    return DataSource(
+    source = DataSource(
         name,
         path,
         label_column=declaration.get("label_column"),
@@ -192,6 +192,14 @@ def data_source(name: str, declaration: Mapping[str, Any], where: str | None = N
         image_size=tuple(size) if size is not None else None,
         n_components=n_components,
     )
+    if n_components is None and not source.has_labels():  # its first job would stop there
+        flags = where.startswith("--")
+        raise InputError(
+            f"{where}: {path} has no labels: declare its n_components (its embedding's size"
+            f"{', --n-components N' if flags else ''}), or name a table's label column"
+            f" ({'--label-column' if flags else 'label_column'})"
+        )
+    return source
 
 
 def data_sources(config: Mapping[str, Any]) -> dict[str, DataSource]:

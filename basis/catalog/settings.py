@@ -199,8 +199,15 @@ def check_yaml_file(path: str | Any) -> None:
                     loader.construct_document(node)
             finally:
                 loader.dispose()
+    except yaml.MarkedYAMLError as err:  # one line: where, what, and where the open block began
+        mark = err.problem_mark or err.context_mark
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        began = ""
+        if err.context and err.context_mark and err.context_mark is not mark:
+            began = f" ({err.context} that begins on line {err.context_mark.line + 1})"
+        raise InputError(f"{path}{where}: not valid YAML: {err.problem or err.context}{began}") from None
     except yaml.YAMLError as err:
-        raise InputError(f"{path} is not valid YAML ({err})") from None
+        raise InputError(f"{path} is not valid YAML ({' '.join(str(err).split())})") from None
     except RecursionError:
         raise InputError(f"{path} is nested too deeply to be a config") from None
 

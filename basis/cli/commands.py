@@ -447,3 +447,31 @@ def cmd_bench(args: argparse.Namespace) -> int:
     result["threads"] = thread_report()
     print_result(result, args.json)
     return 0
+
+
+#: The workflow's config schema, beside the library in a checkout.
+CONFIG_SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    """Check workflow config files before Snakemake reads them (its message for malformed
+    YAML names no line): each file's YAML (line and column), a key given twice, and the
+    config against the workflow's schema, each problem in one line."""
+    import yaml
+
+    from basis.catalog.settings import check_config_schema, check_yaml_file
+
+    config: dict = {}
+    for path in args.files:
+        if not Path(path).is_file():
+            raise InputError(f"{path}: no such config file")
+        check_yaml_file(path)
+        with open(path) as handle:
+            loaded = yaml.safe_load(handle) or {}
+        if not isinstance(loaded, dict):
+            raise InputError(f"{path}: a config is a mapping of keys, got a {type(loaded).__name__}")
+        config.update(loaded)
+    if CONFIG_SCHEMA.is_file():  # a checkout; the dry run checks the rest (data sets, studies)
+        check_config_schema(config, CONFIG_SCHEMA, args.files)
+    print_result({"config": args.files, "checked": "YAML and schema"}, args.json)
+    return 0

@@ -11,6 +11,7 @@ from basis.catalog.workflow_config import ablation_variants
 from basis.cli.commands import (
     WARMUP_STEPS,
     cmd_bench,
+    cmd_config,
     cmd_download,
     cmd_embed,
     cmd_features,
@@ -255,6 +256,11 @@ def add_tracking_action_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--flag", help="file to write once the experiments exist (setup)")
 
 
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``config``."""
+    parser.add_argument("files", nargs="+", metavar="FILE", help="workflow config file(s), as --configfile takes them")
+
+
 #: Each command: its one-line help, what adds its own options, the function that runs it.
 COMMANDS = {
     "run": ("train one method on one data set and evaluate it", add_run_arguments, cmd_run),
@@ -285,6 +291,11 @@ COMMANDS = {
         cmd_figure,
     ),
     "bench": ("speed benchmarks (print figures)", add_bench_arguments, cmd_bench),
+    "config": (
+        "check a workflow config file (its YAML, with the line, and its schema) before Snakemake reads it",
+        add_config_arguments,
+        cmd_config,
+    ),
     "tracking": (
         "MLflow store upkeep: create experiments, close runs of killed jobs, print the UI's Table 1 view,"
         " log the runs a server could not take",

@@ -173,6 +173,28 @@ def _read_columns(path: Path, suffix: str):
         raise InputError(f"feature table {path} is not a readable Parquet file: {err}") from None
 
 
+#: Column names that say a table's column holds its classes, not a coordinate.
+LABEL_NAMES = ("label", "labels", "class", "classes", "target", "category")
+
+
+def _refuse_unnamed_labels(path: Path, frame) -> None:
+    """A table read without a label column whose column is named as labels are (or holds
+    words): it would be embedded as a feature, and the run then said the table had no labels."""
+    import pandas as pd
+
+    for name in frame.columns:
+        named = str(name).strip().lower() in LABEL_NAMES
+        if (
+            named
+            or not pd.api.types.is_numeric_dtype(frame[name])
+            and pd.to_numeric(frame[name], errors="coerce").isna().all()
+        ):
+            raise InputError(
+                f"feature table {path}: column {str(name)!r} looks like its labels; name it with --label-column"
+                f" {name} (label_column: {name} in a data source), or rename it to embed it as a feature"
+            )
+
+
 def _from_columns(path: Path, frame, label_column: str | None) -> FeatureTable:
     import pandas as pd
 
@@ -187,6 +209,8 @@ def _from_columns(path: Path, frame, label_column: str | None) -> FeatureTable:
         raise InputError(
             f"feature table {path} has no label column {label_column!r} (its columns: {list(frame.columns)[:8]})"
         )
+    if label_column is None:
+        _refuse_unnamed_labels(path, frame)
     features = frame.drop(columns=[label_column]) if label_column is not None else frame
     for name in features.columns:
         if not pd.api.types.is_numeric_dtype(features[name]) or pd.api.types.is_bool_dtype(features[name]):

@@ -29,6 +29,10 @@ EIGENSOLVERS = ("auto", "exact", "subspace")
 log = logging.getLogger(__name__)
 
 
+#: The anchors of one RANSAC sample in the authors' code.
+AUTHORS_SAMPLE_SIZE = 20
+
+
 @register("basis")
 class BASiS(BatchTargets, SpectralEstimator):
     """Batch Aligned Spectral Embedding Space (Algorithm 1).
@@ -71,8 +75,9 @@ class BASiS(BatchTargets, SpectralEstimator):
         RANSAC settings (see :func:`basis.alignment.ransac_affine`). Hypotheses are drawn in
         rounds of ``ransac_iter`` (the authors' 100) until as many as ``ransac_confidence``
         (0.99) asks for, given the observed inlier ratio, have been drawn, at most
-        ``ransac_max_iter`` (5,000). ``ransac_sample_size`` anchors make a sample: the
-        authors' 20, or K+1, the minimal sample. The tolerance is relative to the reference
+        ``ransac_max_iter`` (5,000). ``ransac_sample_size`` anchors make a sample: by
+        default (None) the authors' 20, or the minimal sample K+1 (K for a linear map) where
+        K is 20 or more; set it to K+1 for minimal samples. The tolerance is relative to the reference
         anchors' RMS row norm by default (0.25; see :func:`basis.alignment.inlier_threshold`);
         the authors used an absolute one (``ransac_tolerance=0.1,
         ransac_tolerance_mode="absolute"``; three moons: 5 anchors per sample and 0.01).
@@ -143,7 +148,7 @@ class BASiS(BatchTargets, SpectralEstimator):
         ransac_iter: int = 100,
         ransac_max_iter: int = 5000,
         ransac_confidence: float = 0.99,
-        ransac_sample_size: int = 20,
+        ransac_sample_size: int | None = None,
         ransac_tolerance: float = 0.25,
         ransac_tolerance_mode: str = "relative",
         ransac_sampling: str = "stratified",
@@ -223,6 +228,14 @@ class BASiS(BatchTargets, SpectralEstimator):
         self._check_anchor_count(n_anchors)
         return X, y
 
+    def ransac_sample(self) -> int:
+        """Anchors per RANSAC sample: ``ransac_sample_size``, else the authors' 20 or, where
+        the map needs more (K+1 >= 20 for an affine one), the minimal sample."""
+        if self.ransac_sample_size is not None:
+            return self.ransac_sample_size
+        minimal, _ = anchors_needed(self.n_components, linear=self.alignment_map == "linear")
+        return max(AUTHORS_SAMPLE_SIZE, minimal)
+
     def _check_anchor_count(self, n_anchors: int) -> None:
         """Enough anchors to fix the map and to sample RANSAC's hypotheses, and room in a batch."""
         minimal, count = anchors_needed(self.n_components, linear=self.alignment_map == "linear")
@@ -231,11 +244,13 @@ class BASiS(BatchTargets, SpectralEstimator):
                 f"{n_anchors} anchors cannot fix an {self.alignment_map} map in K={self.n_components}:"
                 f" at least {count}={minimal} needed"
             )
-        if self.alignment == "ransac" and not minimal <= self.ransac_sample_size <= n_anchors:
+        sample = self.ransac_sample()
+        if self.alignment == "ransac" and not minimal <= sample <= n_anchors:
+            given = "" if self.ransac_sample_size is not None else " (its default)"
             raise InputError(
                 f"ransac_sample_size must be between {count}={minimal} and the number of anchors {n_anchors},"
-                f" got {self.ransac_sample_size}; set it (a config's methods.basis and the protocol of"
-                " experiments.variants, or --set ransac_sample_size=N)"
+                f" got {sample}{given}; set it (a config's methods.basis and the protocol of"
+                " experiments.variants, or --set ransac_sample_size=N), or draw more anchors (anchors_per_class)"
             )
         if n_anchors >= self.batch_size:
             raise InputError(f"{n_anchors} anchors leave no room in a batch of {self.batch_size}")

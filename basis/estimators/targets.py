@@ -101,7 +101,7 @@ class BatchTargets:
             "n_iter": self.ransac_iter,
             "max_iter": self.ransac_max_iter,
             "confidence": self.ransac_confidence,
-            "sample_size": self.ransac_sample_size,
+            "sample_size": self.ransac_sample(),
             "tolerance": self.ransac_tolerance,
             "tolerance_mode": self.ransac_tolerance_mode,
             "generator": self.ransac_generator_,
