@@ -18,7 +18,12 @@ class InputError(ValueError):
 
 
 class Terminated(BaseException):
-    """The process was asked to stop (SIGTERM: a scheduler's cancel or time limit)."""
+    """The process was asked to stop (SIGTERM: a scheduler's cancel or time limit; SIGINT:
+    Ctrl-C); ``signum`` is the signal's number."""
+
+    @property
+    def signum(self) -> int:
+        return int(self.args[1]) if len(self.args) > 1 else 15
 
 
 class TrainingDiverged(InputError):

@@ -2,6 +2,7 @@
 traceback and nothing written (the workflow's faults are in test_workflow_e2e.py)."""
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -483,3 +484,22 @@ def test_a_message_shows_numpy_scalars_as_their_values():
     assert str(InputError(f"classes {list(labels)} are not in 'coil20'")) == "classes [3, 7] are not in 'coil20'"
     assert str(TrainingDiverged(f"loss {np.float32(np.inf)} at step {np.int64(4)}")) == "loss inf at step 4"
     assert str(InputError(f"value {np.str_('a')!r}, {np.bool_(True)!r}")) == "value 'a', True"
+
+
+def test_a_warning_is_one_line_without_the_source_line_beneath_it(tmp_path):
+    """A disconnected graph's warning: one line naming the problem, not Python's file and
+    line number with the source line echoed beneath it."""
+    rng = np.random.default_rng(0)
+    points = np.vstack([rng.normal(0, 1, (200, 3)), rng.normal(100, 1, (200, 3))])
+    np.savetxt(tmp_path / "two.csv", points, delimiter=",", header="a,b,c", comments="")
+    done = subprocess.run(
+        [sys.executable, "-m", "basis", "reference", "--data", "two.csv", "--n-components", "3", "--out", "ref.npz"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=HANG_GUARD_S,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert lines == [
+        "warning: the graph has 2 connected components; its leading eigenvectors are indicator-like and the trivial"
+        " vector is not unique. Increase n_neighbors or the kernel scale to connect it. (DisconnectedGraphWarning)"
+    ], done.stderr

@@ -81,9 +81,9 @@ def _features(folder: Path) -> Path:
     "command, spelling",
     [
         (command, spelling)
-        for command in ("embed", "reference", "run_folder", "tracking_flag")
+        for command in ("embed", "reference", "run_folder", "tracking_flag", "features_in_images")
         for spelling in SPELLINGS
-        if (command, spelling) != ("run_folder", "hard_link")  # a folder has no hard link
+        if (command, spelling) not in [("run_folder", "hard_link"), ("features_in_images", "hard_link")]
     ],
 )
 def test_no_command_writes_an_output_over_one_of_its_inputs(model, tmp_path, capsys, command, spelling):
@@ -101,6 +101,13 @@ def test_no_command_writes_an_output_over_one_of_its_inputs(model, tmp_path, cap
         source = _features(tmp_path / "runs" / "deep")
         out = str(Path(_spell(source, spelling, tmp_path)).parent.parent)
         args = ["run", "--method", "basis", "--dataset", "digits", "--features", str(source), "--out", out]
+    elif command == "features_in_images":  # a file inside the image folder it reads
+        from own_data import write_image_folder
+
+        folder = write_image_folder(tmp_path / "images", per_class=10)
+        source = next(folder.rglob("*.png"))
+        out = str(Path(_spell(source, spelling, tmp_path)).with_name("feat.npz"))
+        args = ["features", "--data", str(folder), "--image-size", "16", "16", "--out", out]
     else:  # tracking setup's flag over the store's database
         store = tmp_path / "store"
         assert main(["tracking", "setup", "--store", str(store), "--experiment", "x"]) == 0
@@ -112,7 +119,9 @@ def test_no_command_writes_an_output_over_one_of_its_inputs(model, tmp_path, cap
     files_before = sorted(p for p in tmp_path.rglob("*"))
     assert main([*args, "--device", "cpu"] if command != "tracking_flag" else args) == 2
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and ("is the input" in lines[0] or "holds the input" in lines[0]), lines
+    assert len(lines) == 1 and any(words in lines[0] for words in ("is the input", "holds the input", "lies inside")), (
+        lines
+    )
     assert source.read_bytes() == before
     assert sorted(p for p in tmp_path.rglob("*")) == files_before  # nothing written
 

@@ -204,7 +204,7 @@ def test_the_catalog_reads_each_methods_seeds_apart_declaration_as_its_class_hol
 
 
 def test_data_sets_of_ones_own_are_named_where_catalog_names_are_and_checked(tmp_path):
-    (tmp_path / "points.csv").write_text("a,b\n1,2\n3,4\n")
+    (tmp_path / "points.csv").write_text("a,b\n" + "".join(f"{i},{i % 7}\n" for i in range(300)))
     config = _config()
     config["data_sources"] = {"mine": {"path": str(tmp_path / "points.csv"), "n_components": 2}}
     config["datasets"] = ["digits", "mine"]
@@ -256,3 +256,48 @@ def test_the_config_check_passes_every_shipped_config(path):
     done = subprocess.run([sys.executable, "-m", "basis", "config", str(path)], capture_output=True, text=True,
                           cwd=ROOT, timeout=HANG_GUARD_S)  # fmt: skip
     assert done.returncode == 0, done.stderr
+
+
+def test_every_setting_that_does_not_fit_ones_own_data_is_named_at_once_by_the_dry_run(tmp_path):
+    """Twenty classes of 15 images (COIL-20's shape, smaller): the protocol's anchors, the
+    feature-change batch against its three classes and the alignment-error study's default
+    batch of 1,024 against the training split, refused together when the config is read
+    (they stopped one job at a time, some after the features job)."""
+    from own_data import write_image_folder
+
+    folder = write_image_folder(tmp_path / "images", classes=tuple(range(10)), per_class=15)
+    for digit in range(10):  # ten more classes: the same digits under other names
+        (folder / f"more_{digit}").mkdir()
+        for image in (folder / f"digit_{digit}").iterdir():
+            (folder / f"more_{digit}" / image.name).write_bytes(image.read_bytes())
+    config = _config()
+    config["data_sources"] = {"mine": {"path": str(folder)}}
+    config["datasets"] = ["mine"]
+    config["protocol"]["batch_size"] = 200
+    config["methods"]["basis"] = {"anchors_per_class": 10}
+    studies = config["experiments"]
+    studies["feature_change"]["settings"]["dataset"] = "mine"
+    studies["feature_change"]["subset"]["classes"] = [0, 1, 2]
+    studies["alignment_error"]["datasets"] = ["mine"]
+    validate(config, str(SCHEMA))
+    with pytest.raises(InputError) as refused:
+        check_workflow_config(config)
+    line = str(refused.value)
+    assert "\n" not in line and line.startswith("config: 3 setting(s) do not fit the data: ")
+    assert (
+        "methods.basis.anchors_per_class 10 x 20 classes of mine = 200 anchors leave no room in a batch of 200" in line
+    )
+    assert (
+        "experiments.feature_change (subset): batch_size 100 exceeds the training split of mine, classes [0, 1, 2]"
+        in line
+    )
+    assert "experiments.alignment_error (mine): batch_sizes [250] must hold the 120 shared nodes" in line
+    studies["alignment_error"]["settings"].pop("batch_sizes")  # the default's 1,024 exceeds 240 points too
+    with pytest.raises(InputError, match=r"batch_sizes \[256, 512, 1024\] must hold the 120 shared nodes"):
+        check_workflow_config(config)
+    config["methods"]["basis"] = {"anchors_per_class": 5}
+    config["protocol"]["batch_size"] = 120
+    studies["feature_change"]["subset"]["batch_size"] = 30
+    studies["feature_change"]["settings"]["dataset"] = "digits"
+    studies["alignment_error"]["datasets"] = ["digits"]
+    check_workflow_config(config)  # fits: nothing refused

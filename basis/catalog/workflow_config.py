@@ -16,6 +16,7 @@ from typing import Any
 from basis.catalog import ALIGNMENTS, DATASETS, TOY_SETS, study_names, study_runs
 from basis.catalog.data_sources import DataSource, data_sources
 from basis.catalog.settings import resolve_settings, why_seeds_apart
+from basis.catalog.sizes import check_sizes
 from basis.errors import InputError
 
 
@@ -124,12 +125,13 @@ def check_workflow_config(config: Mapping[str, Any]) -> dict[str, dict[str, dict
     (:func:`check_dataset_names`), every method's settings resolvable, the graph smaller
     than a batch (the protocol's and every k of the kNN sweep), ``seeds_together: true``
     only where the seeds share a job and every method can train them together, the kNN
-    sweep's methods among the config's, and the ablation's and the variants study's
-    settings resolvable on top of the protocol. An InputError names the first problem;
-    otherwise returns each study's runs, as checked."""
+    sweep's methods among the config's, the ablation's and the variants study's settings
+    resolvable on top of the protocol, and every setting that fits the size of a data set
+    of one's own it runs on (:func:`~basis.catalog.sizes.check_sizes`, all misfits at once).
+    An InputError names the first problem; otherwise returns each study's runs, as checked."""
     studies = config["experiments"]
     runs = workflow_study_runs(config)
-    check_dataset_names(config, runs)
+    sources = check_dataset_names(config, runs)
     protocol = config["protocol"]
     _check_fits_batch("protocol.graph.n_neighbors", [protocol["graph"]["n_neighbors"]], protocol["batch_size"])
     _check_fits_batch("experiments.knn.n_neighbors", studies["knn"]["n_neighbors"], protocol["batch_size"])
@@ -163,4 +165,5 @@ def check_workflow_config(config: Mapping[str, Any]) -> dict[str, dict[str, dict
         if not isinstance(variants["protocol"], dict):
             raise InputError("config: experiments.variants.settings.protocol must be a mapping of protocol keys")
         _check_resolves("basis", "experiments.variants.settings.protocol", overrides=variants["protocol"])
+    check_sizes(config, runs, sources)  # every misfit with one's own data at once
     return runs

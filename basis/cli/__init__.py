@@ -9,13 +9,15 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
+import warnings
 from pathlib import Path
 
 from basis.cli.parser import build_parser
 from basis.errors import InputError, Terminated
 from basis.runtime.inputs import check_output, check_seed, declare_inputs, release_outputs
-from basis.runtime.stopping import STOPPED_STATUS, stop_on_sigterm
+from basis.runtime.stopping import stop_on_sigterm, stopped_status
 from basis.runtime.stores import check_experiment_name, check_store
 from basis.runtime.threads import limit_threads
 from basis.runtime.timing import job_seconds, recording, report
@@ -106,8 +108,16 @@ def _store_name(store: str) -> str:
     return redacted_uri(uri)
 
 
+def one_line_warning(message, category, filename, lineno, line=None) -> str:  # noqa: ARG001 (warnings' signature)
+    """A warning as a command prints it: one line, ``warning: <message> (<category>)``, not
+    Python's file, line number and the source line beneath it."""
+    text = " ".join(str(message).split())
+    return f"warning: {text} ({category.__name__})\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    warnings.formatwarning = one_line_warning
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     # MLflow logs a store's database error with its traceback before raising it; the error
     # reaches the user as one line (a full disk) or as the traceback of a bug, once.
@@ -127,8 +137,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except Terminated as err:
         closed = "; its MLflow run is closed as KILLED" if getattr(args, "track", None) else ""
-        print(f"error: stopped by {err} (a cancel or a time limit){closed}", file=sys.stderr)
-        return STOPPED_STATUS
+        why = "Ctrl-C" if err.signum == signal.SIGINT else "a cancel or a time limit"
+        print(f"error: stopped by {err.args[0]} ({why}){closed}", file=sys.stderr)
+        return stopped_status(err.signum)
     except Exception as err:
         from basis.runtime.outputs import full_disk
 

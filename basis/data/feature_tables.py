@@ -213,12 +213,18 @@ def _from_columns(path: Path, frame, label_column: str | None) -> FeatureTable:
         _refuse_unnamed_labels(path, frame)
     features = frame.drop(columns=[label_column]) if label_column is not None else frame
     for name in features.columns:
-        if not pd.api.types.is_numeric_dtype(features[name]) or pd.api.types.is_bool_dtype(features[name]):
-            numbers = pd.to_numeric(features[name], errors="coerce")
-            row = int(np.flatnonzero(numbers.isna() & features[name].notna())[0]) if numbers.isna().any() else 0
-            raise InputError(
-                f"feature table {path}: row {row}, column {name!r} is {features[name].iloc[row]!r}, not a number"
-            )
+        column = features[name]
+        if pd.api.types.is_bool_dtype(column):
+            raise InputError(f"feature table {path}: row 0, column {name!r} is {column.iloc[0]!r}, not a number")
+        if not pd.api.types.is_numeric_dtype(column):
+            numbers = pd.to_numeric(column, errors="coerce")
+            words = np.flatnonzero(numbers.isna() & column.notna())
+            if len(words):
+                row = int(words[0])
+                raise InputError(
+                    f"feature table {path}: row {row}, column {name!r} is {column.iloc[row]!r}, not a number"
+                )
+            features = features.assign(**{name: numbers})  # numbers beyond int64 and empty cells: read as floats
     X = features.to_numpy(dtype=np.float64)
     X = _checked(path, X, [str(name) for name in features.columns])
     if label_column is None:

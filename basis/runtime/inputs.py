@@ -142,10 +142,16 @@ def declare_inputs(inputs: dict[str, str | Path | list | None]) -> None:
                 _inputs.append((flag, Path(path)))
 
 
+#: The inputs that are a data set's folder, inside which no output may be written (the next
+#: read of the folder would take it for data).
+_DATA_FLAGS = ("--data", "--test-data")
+
+
 def check_apart_from_inputs(path: str | Path, name: str = "--out", *, folder: bool) -> None:
     """Refuse an output that is one of the declared inputs (by any spelling, through a
-    symbolic link in its path, or as a hard link of it), or, for a folder, one that holds an
-    input: writing it would replace what the command is reading."""
+    symbolic link in its path, or as a hard link of it), for a folder one that holds an
+    input, and any output inside a data set's folder: writing it would replace or add to
+    what the command is reading."""
     output = Path(os.path.realpath(path))
     for flag, source in _inputs:
         if flag == name:  # the store: read and written by design
@@ -155,6 +161,8 @@ def check_apart_from_inputs(path: str | Path, name: str = "--out", *, folder: bo
             raise InputError(f"{name} {path} is the input {flag} {source}; write the output somewhere else")
         if folder and output in real.parents:
             raise InputError(f"{name} {path} holds the input {flag} {source}; write the output somewhere else")
+        if flag in _DATA_FLAGS and real in output.parents:  # a file in an image folder reads as an image
+            raise InputError(f"{name} {path} lies inside the input {flag} {source}; write the output somewhere else")
 
 
 def _same_file(first: str | Path, second: str | Path) -> bool:

@@ -1,7 +1,8 @@
 """How a command stops: SIGTERM (a scheduler's cancel or time limit, Snakemake stopping
-its jobs) and SIGHUP (its terminal closed) are turned into :class:`basis.errors.Terminated` in the main thread, which
-unwinds: the command's MLflow run is closed as KILLED and no partial output is kept.
-Only the first stop signal raises: a job often gets several (SLURM signals every process
+its jobs), SIGHUP (its terminal closed) and SIGINT (Ctrl-C) are turned into
+:class:`basis.errors.Terminated` in the main thread, which unwinds: the command's MLflow
+run is closed as KILLED and no partial output is kept. Only the first stop signal raises: a
+job often gets several (SLURM signals every process
 of a timed-out job and ``srun`` forwards the signal to its step again), and a second
 exception raised inside the clean-up of the first would break it off, leaving the run
 RUNNING.
@@ -34,10 +35,15 @@ GRACE_S = 0.5
 #: Seconds the watcher gives the clean-ups in all (an MLflow store that does not answer must
 #: not keep a stopped process alive); well within SLURM's KillWait (30 s by default).
 CLEAN_UP_S = 3.0
-#: The signals that stop a command as a cancel does.
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
-#: The exit status of a command stopped by SIGTERM (128 + 15, as a shell reports it).
-STOPPED_STATUS = 128 + signal.SIGTERM
+#: The signals that stop a command as a cancel does; SIGINT is Ctrl-C, which a terminal sends
+#: to Snakemake and to every job it started.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
+
+def stopped_status(signum: int) -> int:
+    """The exit status of a command stopped by signal ``signum``, as a shell reports it."""
+    return 128 + signum
+
 
 _clean_ups: dict[int, Callable[[], None]] = {}
 _clean_ups_lock = threading.Lock()
@@ -89,12 +95,13 @@ def stop_on_sigterm() -> None:
         if _stopping.is_set():
             return  # the stop is under way (see the module's docstring); the watcher bounds it
         _stopping.set()
-        raise Terminated(f"signal {signum}")
+        raise Terminated(f"signal {signum}", signum)
 
     read_end, write_end = os.pipe()
     os.set_blocking(write_end, False)
     for number in STOP_SIGNALS:
-        signal.signal(number, unwind)
+        if signal.getsignal(number) is not signal.SIG_IGN:  # a background job ignores Ctrl-C, and keeps to it
+            signal.signal(number, unwind)
     signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
     threading.Thread(target=_watch, args=(read_end,), name="basis-sigterm-watcher", daemon=True).start()
     _stopper_installed = True
@@ -125,7 +132,7 @@ def _watch(read_end: int) -> None:
         file=sys.stderr,
         flush=True,
     )
-    os._exit(STOPPED_STATUS)
+    os._exit(stopped_status(stop))
 
 
 def _clean_up() -> None:

@@ -106,6 +106,11 @@ def redacted_uri(uri: str) -> str:
         parts = urlsplit(uri)
     except ValueError:  # an address urlsplit cannot read: its credentials, if any, are not shown
         return uri.rsplit("@", 1)[-1] if "@" in uri else uri
+    if "@" in uri and "@" not in parts.netloc:  # user:password@host without a scheme urlsplit reads
+        scheme, _, rest = uri.rpartition("://")
+        user, _, host = rest.rpartition("@")
+        if "/" not in user:
+            return f"{scheme}://{host}" if scheme else host
     hidden = ("password", "passwd", "pwd", "token", "secret")
     pairs = parse_qsl(parts.query)
     if "@" not in parts.netloc and not any(key.lower() in hidden for key, _ in pairs):

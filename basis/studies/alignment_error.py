@@ -44,7 +44,7 @@ def eigengaps(eigenvalues: np.ndarray, n_components: int) -> np.ndarray:
 def alignment_error(
     dataset: str = "digits",
     *,
-    batch_sizes: list[int] | None = None,
+    batch_sizes: tuple[int, ...] = (256, 512, 1024),
     n_pairs: int = 20,
     n_held_out: int = 50,
     anchors_per_class: int = 10,
@@ -78,7 +78,7 @@ def alignment_error(
 
     del callback  # no training to report
     device = resolve_device(device)  # graphs, eigensolves and fits run there
-    batch_sizes = batch_sizes or [256, 512, 1024]
+    batch_sizes = list(batch_sizes)
     data, options, graph_settings, n_components = study_protocol(
         dataset,
         n_samples=n_samples,
