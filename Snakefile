@@ -31,6 +31,7 @@ include: "workflow/rules/paper.smk"
 
 rule all:
     input:
+        report_path(config["name"]),  # the answer
         "results/paper/table1.md",
         "results/paper/comparison.md",
         "results/paper/ablation.md",

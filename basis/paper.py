@@ -397,12 +397,15 @@ def paper_claims(
 ) -> list[dict[str, str]]:
     """Each claim of Secs. 3-5 beyond Table 1, checked against the measured numbers: each
     study's own (``studies``: study -> run -> metrics, checked by the claims function its
-    module declares), then the kNN sweep's and the ablation's."""
-    from basis.studies import study_function
+    module declares, shown beside the study's first figure), then the kNN sweep's and the
+    ablation's."""
+    from basis.studies import study_function, study_module
 
     rows = []
     for name, results in studies.items():
-        rows += study_function(name, "claims")(results)
+        figures = study_module(name).STUDY.figures
+        shown = {"figure": figures[0].name} if figures else {}
+        rows += [shown | row for row in study_function(name, "claims")(results)]
     robustness = knn_robustness(knn)
     for measure in ("nmi", "acc", "d_G"):
         column = robustness[f"{measure}_std_across_k"]
@@ -410,6 +413,7 @@ def paper_claims(
         rows.append(
             {
                 "claim": f"Fig. 5: BASiS is the most robust to k ({measure})",
+                "figure": "fig5_knn_sensitivity",
                 "criterion": f"BASiS has the smallest std across k of the mean {measure}",
                 "measured": f"basis {column.get('basis', float('nan')):.4f}; {others}",
                 "reproduced": "basis" in column and column.idxmin() == "basis",

@@ -146,3 +146,33 @@ def random_connected_graph(rng, n=200, k=10):
     idx = torch.arange(n)
     ring[idx, (idx + 1) % n] = 0.01
     return W + ring + ring.T
+
+
+#: Where the browser tests leave their screenshots (CI keeps them as the run's artifacts).
+SCREENSHOTS = Path(os.environ.get("BASIS_TEST_ARTIFACTS", Path(__file__).resolve().parents[1] / "test-artifacts"))
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """A headless Chromium that renders a page at a laptop's size: ``browser(url, name)``
+    returns the page's DOM once its JavaScript has run, and keeps a screenshot
+    ``<name>.png`` in :data:`SCREENSHOTS` (``name`` may hold a folder)."""
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is missing: .ci/run installs it (apt-get install chromium chromium-driver)")
+        pytest.skip("chromium not installed (apt-get install chromium chromium-driver)")
+    # charts draw only in the visible part of the window; virtual time lets the page settle
+    common = [found, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=60000"]
+    common.append("--window-size=1400,1100")
+
+    def render(url: str, name: str) -> str:
+        shot = SCREENSHOTS / f"{name}.png"
+        shot.parent.mkdir(parents=True, exist_ok=True)
+        shot.unlink(missing_ok=True)
+        subprocess.run([*common, f"--screenshot={shot}", url], capture_output=True, timeout=HANG_GUARD_S)
+        assert shot.exists() and shot.stat().st_size > 10_000, name
+        done = subprocess.run([*common, "--dump-dom", url], capture_output=True, text=True, timeout=HANG_GUARD_S)
+        return done.stdout
+
+    return render

@@ -138,6 +138,7 @@ FLOORS = (
     "studies",
     "paper",
     "verdicts",
+    "report",
     "tracking",
     "cli",
     "__main__",

@@ -2,6 +2,7 @@
 any tag value is safe."""
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -157,12 +158,20 @@ def test_the_logged_model_carries_its_name_description_and_the_final_steps_metri
     experiment = client.get_experiment_by_name("demo-runs")
     assert experiment.tags["mlflow.note.content"] == tracking.STAGE_DESCRIPTIONS["runs"]
     view = json.loads(experiment.tags[f"mlflow.sharedViewState.{tracking.TABLE1_VIEW}"])  # the UI's Table 1 view
+    # each score beside its seeds' spread, and a distance on a log scale as well
     assert view["selectedColumns"] == [
         "metrics.`eval/d_G`",
+        "metrics.`eval/d_G_log10`",
+        "metrics.`eval/d_G_std`",
         "metrics.`eval/d_perp`",
+        "metrics.`eval/d_perp_log10`",
+        "metrics.`eval/d_perp_std`",
         "metrics.`eval/nmi`",
+        "metrics.`eval/nmi_std`",
         "metrics.`eval/cluster_acc`",
+        "metrics.`eval/cluster_acc_std`",
         "metrics.`eval/probe_accuracy_pct`",
+        "metrics.`eval/probe_accuracy_pct_std`",
     ]
     assert view["searchFilter"] == "tags.rule = 'train_and_evaluate' and tags.superseded IS NULL"
     (run,) = client.search_runs([experiment.experiment_id])
@@ -238,9 +247,10 @@ def test_each_methods_seeds_get_a_parent_that_spans_them_and_shares_their_metric
         assert parent.info.run_name == f"digits: {method}" and parent.info.status == "FINISHED"
         assert parent.data.metrics == {
             "eval/d_G": 0.1235,
-            "std/eval/d_G": 0.01,
+            "eval/d_G_std": 0.01,
+            "eval/d_G_log10": tracking.shown_value(math.log10(0.123456)),
             "eval/cluster_acc": 0.9,
-            "std/eval/cluster_acc": 0.02,
+            "eval/cluster_acc_std": 0.02,
         }
         assert parent.data.params == {"method": method, "dataset": "digits", "n_iter": "20", "n_seeds": "2"}
         assert [i.dataset.name for i in parent.inputs.dataset_inputs] == ["digits"]
@@ -248,6 +258,17 @@ def test_each_methods_seeds_get_a_parent_that_spans_them_and_shares_their_metric
         assert all(r.data.tags["mlflow.parentRunId"] == parent_id for r in seed_runs)
         assert parent.info.start_time == min(r.info.start_time for r in seed_runs)
         assert parent.info.end_time >= max(r.info.end_time for r in seed_runs)
+    # Table 1 starts its parents in its order, which a view sorted by start time keeps
+    late = 9_000_000_000_000
+    ordered = {
+        m: tracking.summarise_seeds(client, experiment_id, "digits", m, [0, 1], scores, start_time=late - i)[0]
+        for i, m in enumerate(reversed(methods))
+    }
+    shown = client.search_runs(
+        [experiment_id], "tags.`basis.summary` LIKE 'digits/%'", order_by=["attributes.start_time DESC"]
+    )
+    assert [r.info.run_id for r in shown] == list(ordered.values())
+    parents = ordered
     # a rerun of one seed: its old run is superseded, the new parent replaces the old one
     client.set_tag(seeds["basis"][1], "superseded", "true")
     rerun = _seed_run(client, experiment_id, "basis", 1, 20)
@@ -288,9 +309,79 @@ def test_the_closing_lines_name_the_answer_and_open_the_view_of_the_store_in_use
     from basis.tracking.views import where_to_look
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    local = where_to_look("basis-runs").splitlines()
-    assert local[0].startswith("The answer: results/paper/comparison.md")
+    local = where_to_look("basis-runs", "quick").splitlines()
+    assert local[0].startswith("The report: results/quick/report.html")
     assert "mlflow ui --backend-store-uri sqlite:///results/mlflow/mlflow.db" in local[2]
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "https://alice:s3cret@mlflow.example:5000")
-    served = where_to_look("basis-runs")
+    served = where_to_look("basis-runs", "quick")
     assert "s3cret" not in served and "--ui https://mlflow.example:5000" in served and "mlflow ui" not in served
+
+
+def test_each_methods_seeds_are_versions_of_one_registered_model_with_an_alias_to_load(tmp_path):
+    """Registered once per data set and method: a version per seed (alias seed<k>), and
+    @representative on the seed of median d_G; registering again adds no version."""
+    import mlflow
+
+    from basis.tracking.serving import REPRESENTATIVE, register_seeds
+
+    client = tracking.client(tmp_path)
+    experiment_id = tracking.ensure_experiments(["demo-runs"], tmp_path)["demo-runs"]
+    seeds = {seed: _seed_run(client, experiment_id, "basis", seed, 20) for seed in (0, 1, 2)}
+    for seed, run_id in seeds.items():
+        mlflow.MlflowClient(client.tracking_uri).create_logged_model(
+            experiment_id, name=f"digits-basis-seed{seed}", source_run_id=run_id
+        )
+    d_G = {0: 0.30, 1: 0.10, 2: 0.20}
+    aliases = register_seeds(client, "demo-digits-basis", experiment_id, seeds, d_G)
+    assert set(aliases) == {"seed0", "seed1", "seed2", REPRESENTATIVE}
+    assert aliases[REPRESENTATIVE] == aliases["seed2"]  # the median d_G, not the best
+    version = client.get_model_version_by_alias("demo-digits-basis", REPRESENTATIVE)
+    assert version.run_id == seeds[2] and version.source.startswith("models:/")
+    assert register_seeds(client, "demo-digits-basis", experiment_id, seeds, d_G) == aliases
+    assert len(client.search_model_versions("name = 'demo-digits-basis'")) == 3
+
+
+def _rule_status(store, experiment, rule):
+    """The status of the run of ``rule`` in ``experiment`` (None before it is opened)."""
+    if not (store / "mlflow.db").exists():
+        return None
+    found = tracking.client(store).get_experiment_by_name(experiment)
+    runs = tracking.client(store).search_runs([found.experiment_id], f"tags.rule = '{rule}'") if found else []
+    return runs[0].info.status if runs else None
+
+
+def test_ctrl_c_on_a_workflow_closes_its_running_job_as_killed_without_a_traceback(tmp_path):
+    """A terminal's Ctrl-C reaches Snakemake and every job in its process group: the job
+    closes its MLflow run as KILLED and writes one line to its log; its script's wrapper waits
+    for it (subprocess.run killed it at once, leaving the run RUNNING, and both wrote
+    KeyboardInterrupt tracebacks)."""
+    import yaml
+
+    folder = copy_workflow(tmp_path / "workflow")
+    config = yaml.safe_load((folder / "tests/configs/tiny.yaml").read_text())
+    config["experiments"]["ablation"]["settings"]["n_iter"] = 10**6
+    (folder / "long.yaml").write_text(yaml.safe_dump(config))
+    store = folder / "results" / "mlflow"
+    target = "results/ablation/two_moons/ransac/seed0/metrics.json"
+    workflow = subprocess.Popen(
+        [sys.executable, "-m", "snakemake", target, "--cores", "1", "--configfile", "long.yaml"],
+        cwd=folder, env=snakemake_env(folder), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,  # a terminal's foreground group, which Ctrl-C signals as a whole
+    )  # fmt: skip
+    try:
+        for _ in range(HANG_GUARD_S * 2):  # until the ablation's run is open
+            if _rule_status(store, "tiny-ablation", "ablation_run") == "RUNNING":
+                break
+            assert workflow.poll() is None, workflow.stdout.read()[-3000:]
+            time.sleep(0.5)
+        time.sleep(2)  # inside its training loop
+        os.killpg(workflow.pid, signal.SIGINT)
+        output, _ = workflow.communicate(timeout=HANG_GUARD_S)
+    finally:
+        if workflow.poll() is None:
+            os.killpg(workflow.pid, signal.SIGKILL)
+    assert _rule_status(store, "tiny-ablation", "ablation_run") == "KILLED", output[-3000:]
+    logs = list((folder / "results/logs/ablation").rglob("*.log"))
+    text = "".join(log.read_text() for log in logs)
+    assert logs and "Traceback" not in text and "stopped by signal 2 (Ctrl-C)" in text, text[-3000:]
+    assert "KeyboardInterrupt" not in output, output[-3000:]

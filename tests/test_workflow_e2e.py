@@ -67,7 +67,20 @@ def workflow(tmp_path_factory):
     folder = copy_workflow(tmp_path_factory.mktemp("workflow"))
     done = snakemake(folder)
     assert done.returncode == 0, done.stderr[-3000:]
+    (folder / "first-run.log").write_text(done.stdout + done.stderr)
     return folder
+
+
+def test_each_job_says_what_it_runs_and_no_line_reads_shell_command_none(workflow):
+    from basis.runtime.jobs import JOB_COMMAND
+
+    output = (workflow / "first-run.log").read_text()
+    assert "Shell command: None" not in output
+    jobs = re.findall(r"^(?:local)?rule (\w+):$", output, re.M)
+    commands = [line for line in output.splitlines() if line.startswith(JOB_COMMAND)]
+    assert len(jobs) > 30 and len(commands) == len(jobs) - output.count("rule all:"), (len(jobs), len(commands))
+    assert any(line.startswith(f"{JOB_COMMAND}python -m basis run ") for line in commands)
+    assert f"{JOB_COMMAND}workflow/scripts/table1.py (Snakemake script; log: results/logs/paper/table1.log)" in commands
 
 
 def test_table_has_every_cell_finite(workflow):
@@ -153,7 +166,7 @@ def test_mlflow_holds_every_run_with_its_metrics(workflow):
         method = parent.data.params["method"]
         assert parent.info.run_name == f"digits: {method}" and parent.data.params["n_seeds"] == "2"
         assert parent.data.metrics["eval/nmi"] == float(f"{table.loc[('digits', method), ('nmi', 'mean')]:.4g}")
-        assert {"std/eval/nmi", "authors/probe_accuracy_pct"} <= set(parent.data.metrics)
+        assert {"eval/nmi_std", "authors/probe_accuracy_pct"} <= set(parent.data.metrics)
         assert [i.dataset.name for i in parent.inputs.dataset_inputs] == ["digits"]
         seeds = [r for r in training if r.data.tags["mlflow.parentRunId"] == parent.info.run_id]
         assert parent.info.end_time >= max(r.info.end_time for r in seeds)  # finished after its seeds
@@ -344,6 +357,24 @@ def test_an_edit_to_a_method_reruns_its_runs_and_what_follows_them_only(workflow
     assert "Nothing to be done" in snakemake(workflow, "-n").stdout + snakemake(workflow, "-n").stderr
 
 
+def test_a_renamed_config_reruns_only_the_report_and_every_run_names_its_config(workflow):
+    """The name tags the MLflow runs and names the report's folder; it is no part of any
+    other job's identity (it was in every job's params, so a rename reran everything)."""
+    import yaml
+
+    config = yaml.safe_load((workflow / TINY).read_text())
+    config["name"] = "tiny-renamed"
+    (workflow / "renamed.yaml").write_text(yaml.safe_dump(config, sort_keys=False))  # the same order: the same commands
+    done = run_snakemake(workflow, "--configfile", "renamed.yaml", "-n", "--quiet", "rules", cores=2)
+    assert done.returncode == 0, done.stderr[-3000:]
+    counts = dict(line.split() for line in (done.stdout + done.stderr).splitlines() if len(line.split()) == 2)
+    assert {job: counts[job] for job in counts if job not in ("total", "job", "all") and not job.endswith(":")} == {
+        "comparison": "1"
+    }, counts
+    client, training = runs(workflow, "runs")
+    assert {r.data.tags.get("config_name") for r in training} == {"tiny"}
+
+
 def test_a_new_training_budget_reruns_the_runs_but_not_the_features(workflow):
     import yaml
 
@@ -371,6 +402,17 @@ def test_the_logged_model_is_the_model(workflow, monkeypatch):
         model = SpectralEstimator.load(workflow / f"results/runs/digits/{method}/seed0/model.pt", device="cpu")
         np.testing.assert_array_equal(predicted, model.transform(features))
         assert "16-d Siamese features of digits" in run.data.tags["mlflow.note.content"]
+        # the Model Registry: a version per seed, and the alias a user loads
+        registered = mlflow.pyfunc.load_model(f"models:/tiny-digits-{method}@representative")
+        assert {v.run_id for v in client.search_model_versions(f"name = 'tiny-digits-{method}'")} >= {
+            r.info.run_id for r in training if r.data.tags.get("method") == method and "superseded" not in r.data.tags
+        }
+        version = client.get_model_version_by_alias(f"tiny-digits-{method}", "representative")
+        seed_model = SpectralEstimator.load(
+            workflow / f"results/runs/digits/{method}/seed{client.get_run(version.run_id).data.tags['seed']}/model.pt",
+            device="cpu",
+        )
+        np.testing.assert_array_equal(registered.predict(features), seed_model.transform(features))
         assert "digits_siamese.pt" in {a.path for a in client.list_artifacts(run.info.run_id)}
 
 
@@ -383,6 +425,29 @@ def test_the_report_shows_each_figure_with_the_caption_its_study_declares(workfl
     for name in catalog.study_names():
         for figure in catalog.study_declaration(name).figures:
             assert figure.caption[:30] in report, figure.name  # ASCII: the report escapes the rest
+            if figure.table:  # its numbers too (fig9's and fig11's)
+                assert f"{figure.name}.table.html" in report, figure.name
+    assert "report.html" in report and "The answer in one page" in report  # the config's report page
+
+
+def test_the_configs_report_opens_on_the_tally_and_links_each_number_to_its_run(workflow, browser):
+    """results/<name>/report.html, one file: the tally first, Table 1 in the paper's layout,
+    every number of ours linked to the parent run that holds it in MLflow."""
+    page = workflow / "results/tiny/report.html"
+    text = page.read_text()
+    assert "src='data:image/png;base64," in text and "<link" not in text and "<script" not in text
+    assert "nan" not in re.sub(r"<img[^>]*>", "", text).lower()
+    client, training = runs(workflow, "runs")
+    summaries = client.search_runs([training[0].info.experiment_id], "tags.`basis.summary` LIKE 'digits/%'")
+    parents = {r.info.run_id for r in summaries}
+    assert len(parents) == len(METHODS)
+    assert set(re.findall(r'data-run="([0-9a-f]+)"', text)) == parents
+    dom = browser(page.as_uri(), "report/tiny")
+    tally = dom.split("<h2>Table 1</h2>")[0]
+    assert "20 not measured" in tally  # tiny runs none of the paper's data sets
+    assert re.search(r"\d+ reproduced", tally) and re.search(r"\d+ not reproduced", tally)
+    assert dom.count("paper 0.107 ± 0.038") == 1  # MNIST's BASiS d_G, under ours
+    assert "Data sets the paper does not report" in dom and ">BASiS (Ours)<" in dom
 
 
 def test_lint_reports_nothing(workflow):
@@ -401,8 +466,8 @@ def test_rerunning_one_job_supersedes_its_old_run(workflow):
     # it ends by saying where the answer is and how to open the MLflow view, as the README does
     readme = (ROOT / "README.md").read_text()
     lines = done.stderr.splitlines()  # Snakemake's own log hint and runtime follow them
-    closing = next(lines[i : i + 4] for i, line in enumerate(lines) if line.startswith("The answer:"))
-    assert closing[0].startswith("The answer: results/paper/comparison.md") and "mlflow ui" in closing[2], closing
+    closing = next(lines[i : i + 4] for i, line in enumerate(lines) if line.startswith("The report:"))
+    assert closing[0].startswith("The report: results/tiny/report.html") and "mlflow ui" in closing[2], closing
     url_command = closing[3].strip().split(" --ui")[0]
     assert closing[2].strip() in readme and url_command in readme.replace("basis-runs", "tiny-runs")
     assert (workflow / target).read_bytes() == metrics_before  # scores only, no timings: a seed gives the same file
@@ -626,41 +691,6 @@ def test_ui_server_serves_the_runs_over_rest(ui_server):
     assert {"eval/d_G", "eval/nmi", "eval/cluster_acc", "train/loss"} <= metric_keys
 
 
-#: Where the browser tests leave their screenshots (CI keeps them as the run's artifacts).
-SCREENSHOTS = Path(os.environ.get("BASIS_TEST_ARTIFACTS", ROOT / "test-artifacts")) / "mlflow-ui"
-
-
-def js_number(value: float) -> str:
-    """``value`` as the UI's JavaScript prints it (positional, no trailing zeros)."""
-    return np.format_float_positional(value, trim="-")
-
-
-@pytest.fixture(scope="module")
-def browser():
-    """A headless Chromium that renders a page at a laptop's size: ``browser(url, name)``
-    returns the page's DOM once its JavaScript has run, and keeps a screenshot
-    ``<name>.png`` in :data:`SCREENSHOTS`."""
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found is None:
-        if os.environ.get("CI"):
-            pytest.fail("chromium is missing: .ci/run installs it (apt-get install chromium chromium-driver)")
-        pytest.skip("chromium not installed (apt-get install chromium chromium-driver)")
-    # charts draw only in the visible part of the window; virtual time lets the page settle
-    common = [found, "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=60000"]
-    common.append("--window-size=1400,1100")
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-
-    def render(url: str, name: str) -> str:
-        shot = SCREENSHOTS / f"{name}.png"
-        shot.unlink(missing_ok=True)
-        subprocess.run([*common, f"--screenshot={shot}", url], capture_output=True, timeout=HANG_GUARD_S)
-        assert shot.exists() and shot.stat().st_size > 10_000, name
-        done = subprocess.run([*common, "--dump-dom", url], capture_output=True, text=True, timeout=HANG_GUARD_S)
-        return done.stdout
-
-    return render
-
-
 @pytest.fixture(scope="module")
 def table1_page(ui_server, workflow):
     """The README's UI address of Table 1 (`python -m basis tracking url`)."""
@@ -678,13 +708,22 @@ def table1_page(ui_server, workflow):
     return page
 
 
+def js_number(value: float) -> str:
+    """``value`` as the UI's JavaScript prints it (positional, no trailing zeros)."""
+    return np.format_float_positional(value, trim="-")
+
+
 def test_browser_opens_table1_with_a_row_per_method_and_its_scores(browser, table1_page, workflow):
     """The page opens in model-training mode on Table 1: a row per data set and method (its
     parent run) with the seeds' mean scores as numbers, each row unfolding into its seeds."""
-    dom = browser(table1_page, "table1")
+    dom = browser(table1_page, "mlflow-ui/table1")
     assert "Error loading shared view" not in dom
     for method in METHODS:
         assert f">digits: {method}<" in dom, method
+    # by data set, then method, whichever finished first; each score beside its spread and its log10
+    assert sorted(METHODS, key=lambda method: dom.index(f">digits: {method}<")) == sorted(METHODS)
+    columns = re.findall(r'col-id="metrics\.`([^`]+)`"', dom)
+    assert columns.index("eval/d_G") + 1 == columns.index("eval/d_G_log10") == columns.index("eval/d_G_std") - 1
     assert 'col-id="metrics.`eval/cluster_acc`"' in dom and 'col-id="metrics.`eval/d_G`"' in dom
     # BASiS's row shows its seeds' mean ACC as Table 1 has it, rounded as MLflow shows it
     table = pd.read_csv(workflow / "results/paper/table1.csv", header=[0, 1], index_col=[0, 1])
@@ -695,7 +734,7 @@ def test_browser_opens_table1_with_a_row_per_method_and_its_scores(browser, tabl
 def test_browser_charts_put_the_methods_side_by_side(browser, table1_page):
     """The view's chart mode opens on the scores: in each chart one bar per method (its
     parent run, the seeds' mean), BASiS beside the other methods."""
-    dom = browser(f"{table1_page}&compareRunsMode=CHART", "table1-charts")
+    dom = browser(f"{table1_page}&compareRunsMode=CHART", "mlflow-ui/table1-charts")
     charts = dom.split('class="trace bars"')[1:]
     assert len(charts) >= 5  # eval/d_G, eval/d_perp, eval/nmi, eval/cluster_acc, eval/probe_accuracy_pct, ...
     first = charts[0].split('class="hoverlayer"')[0]
@@ -709,7 +748,7 @@ def test_browser_model_page_shows_its_description_final_loss_and_data_set(browse
     (run,) = [r for r in training if r.info.run_name == "digits-basis-seed0" and "superseded" not in r.data.tags]
     (model,) = [m for m in client.search_logged_models([run.info.experiment_id]) if m.source_run_id == run.info.run_id]
     page = f"{ui_server}/#/experiments/{run.info.experiment_id}/models/{model.model_id}?workflowType=machine_learning"
-    dom = browser(page, "model")
+    dom = browser(page, "mlflow-ui/model")
     assert model.name == "digits-basis-seed0" and f">{model.name}<" in dom
     assert run.data.tags["mlflow.note.content"] in dom and "No description" not in dom
     last = max(client.get_metric_history(run.info.run_id, "train/loss"), key=lambda m: m.step)

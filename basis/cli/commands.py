@@ -376,10 +376,13 @@ def cmd_figure(args: argparse.Namespace) -> int:
     with maybe_tracked(args, args.name, {"figure": args.name, "study": study}) as run:
         table = study_function(study, figure=args.name)([Path(folder) for folder in args.input], out)
         written["caption"].write_text(figure.caption + "\n")
-        if figure.table:
-            written["table"] = out.with_suffix(".md")
-            with atomic_path(written["table"]) as partial:
-                partial.write_text(table)
+        if figure.table:  # its numbers as text, and as a page of the Snakemake report
+            from basis.paper import markdown_to_html
+
+            written["table"], written["table_html"] = out.with_suffix(".md"), out.with_suffix(".table.html")
+            for path, text in ((written["table"], table), (written["table_html"], markdown_to_html(table))):
+                with atomic_path(path) as partial:
+                    partial.write_text(text)
         if run:
             run.set_description(figure.caption)
             for path in written.values():

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import traceback
@@ -84,12 +86,21 @@ def _fail(log: TextIO | None, line: str, status: int) -> None:
     raise SystemExit(status)
 
 
+#: How a job's first console line starts: what it runs (a rule with ``script:`` has no shell
+#: command for Snakemake to print).
+JOB_COMMAND = "    command: "
+
+
 @contextmanager
 def job_log(log_path: str | Path, outputs: Sequence[str | Path] = ()) -> Iterator[TextIO]:
     """Run a workflow script's body with its output and errors in its log. Bad input
     (:class:`~basis.errors.InputError`) ends the job with its one line and status 2; any
     other error with its traceback in the log, one line naming it on the console, status 1.
-    ``outputs``: the job's outputs, whose times are put back if it fails."""
+    ``outputs``: the job's outputs, whose times are put back if it fails. The console gets
+    the line that says what runs (the script; Snakemake itself has no command to print)."""
+    # Snakemake runs a copy of the script, .snakemake/scripts/tmp<random>.<name>.py
+    script = re.sub(r"^tmp[^.]*\.", "", Path(sys.argv[0] if sys.argv else "").name) or "a workflow script"
+    print(f"{JOB_COMMAND}workflow/scripts/{script} (Snakemake script; log: {log_path})", file=sys.stderr, flush=True)
     _remember_outputs(outputs, log_path)
     with open(log_path, "w") as log:
         saved = sys.stdout, sys.stderr
@@ -99,6 +110,9 @@ def job_log(log_path: str | Path, outputs: Sequence[str | Path] = ()) -> Iterato
         except InputError as err:
             sys.stdout, sys.stderr = saved
             _fail(log, f"error: {err}", 2)
+        except KeyboardInterrupt:  # Ctrl-C: Snakemake stops the whole workflow; no traceback
+            sys.stdout, sys.stderr = saved
+            _fail(log, "error: stopped by Ctrl-C", 128 + signal.SIGINT)
         except Exception as err:
             traceback.print_exc(file=log)
             sys.stdout, sys.stderr = saved
@@ -109,6 +123,11 @@ def job_log(log_path: str | Path, outputs: Sequence[str | Path] = ()) -> Iterato
     _note_path(log_path).unlink(missing_ok=True)
 
 
+#: Seconds a job's command has to close its run after Ctrl-C before it is sent SIGTERM (its
+#: own stop handling ends it within a few seconds; basis.runtime.stopping).
+CHILD_STOP_S = 10.0
+
+
 def run_logged(command: list[str], log_path: str | Path, outputs: Sequence[str | Path] = (), **kwargs) -> None:
     """Run ``command`` (an argument list) with its output in the job's log, which starts
     with the command itself. A failure ends the job with the command's exit status and its
@@ -116,11 +135,24 @@ def run_logged(command: list[str], log_path: str | Path, outputs: Sequence[str |
     import shlex
 
     _remember_outputs(outputs, log_path)
+    shown = shlex.join(command[1:]).replace("-m basis", "python -m basis", 1)
+    print(f"{JOB_COMMAND}{shown} (log: {log_path})", file=sys.stderr, flush=True)  # Snakemake's output shows it
     with open(log_path, "w") as log:
         # The exact command first, so that a user can copy it from the log to rerun the job.
-        log.write(f"# {shlex.join(command[1:]).replace('-m basis', 'python -m basis', 1)}\n")
+        log.write(f"# {shown}\n")
         log.flush()
-        status = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=False, **kwargs).returncode
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, **kwargs)
+        try:
+            status = process.wait()
+        except KeyboardInterrupt:
+            # Ctrl-C reached the command as well (one process group): it closes its MLflow
+            # run and ends. subprocess.run would kill it at once, leaving the run RUNNING.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            try:
+                status = process.wait(timeout=CHILD_STOP_S)
+            except subprocess.TimeoutExpired:
+                process.terminate()
+                status = process.wait()
     if status != 0:
         lines = Path(log_path).read_text(errors="replace").splitlines()
         errors = [line for line in lines if line.startswith("error:")]
@@ -134,7 +166,7 @@ def run_basis_job(smk, command: str) -> None:
     """A workflow job that runs ``python -m basis <command>`` (the script its rule names is
     the command's), with the rule's ``params.command`` as its arguments, ``--threads`` the
     cores Snakemake gave the job (inside a SLURM allocation never more than SLURM gave it:
-    a group's jobs share theirs) and ``params.tags`` as ``--tag`` options (MLflow tags of
+    a group's jobs share theirs) and :func:`job_tags` as ``--tag`` options (MLflow tags of
     tracked commands; none for the others). The library is imported from the checkout
     the workflow lies in, whatever environment runs the job."""
     arguments = list(map(str, smk.params.command))
@@ -146,6 +178,14 @@ def run_basis_job(smk, command: str) -> None:
     if os.environ.get("SLURM_CPUS_PER_TASK", "").isdigit():
         threads = max(1, min(threads, int(os.environ["SLURM_CPUS_PER_TASK"])))
     full = [sys.executable, "-m", "basis", *arguments, "--threads", str(threads), "--json"]
-    for tag in smk.params.tags:
-        full += ["--tag", tag]
+    for key, value in job_tags(smk).items():
+        full += ["--tag", f"{key}={value}"]
     run_logged(full, smk.log[0], smk.output, env=env)
+
+
+def job_tags(smk) -> dict[str, str]:
+    """The MLflow tags of a tracked job: its rule's ``params.tags`` (``key=value``), and the
+    name of the config it ran under, read from the config rather than from the params,
+    which Snakemake compares to decide a rerun: renaming a config reruns no job."""
+    tags = dict(tag.split("=", 1) for tag in smk.params.tags)
+    return tags | {"config_name": str(smk.config["name"])} if tags else tags

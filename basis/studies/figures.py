@@ -78,16 +78,41 @@ def knn_sensitivity(summary: pd.DataFrame, out: str | Path) -> None:
     save_figure(fig, out)
 
 
-def embedding_picture(embedding: np.ndarray, labels: np.ndarray | None, title: str, out: str | Path) -> None:
-    """A small PNG of a run's test embedding: its first two coordinates, coloured by class
-    (the picture an MLflow run of Table 1 carries beside its scores); one colour without labels."""
-    fig, ax = plt.subplots(figsize=(3.2, 3.2))
-    second = embedding[:, 1] if embedding.shape[1] > 1 else np.zeros(len(embedding))
-    codes = np.zeros(len(embedding), dtype=int) if labels is None else np.asarray(labels) % 10
-    ax.scatter(embedding[:, 0], second, c=CLUSTER_COLOURS(codes), s=3, linewidths=0)
-    ax.set_title(title, fontsize=8)
-    ax.set_xticks([])
-    ax.set_yticks([])
+def principal_plane(embedding: np.ndarray) -> np.ndarray:
+    """The embedding's points on its two principal axes (a zero second axis for a 1-d one)."""
+    centred = embedding - embedding.mean(axis=0)
+    _, _, axes = np.linalg.svd(centred, full_matrices=False)
+    plane = centred @ axes[:2].T
+    return plane if plane.shape[1] == 2 else np.column_stack([plane[:, 0], np.zeros(len(plane))])
+
+
+def embedding_picture(
+    embedding: np.ndarray,
+    labels: np.ndarray | None,
+    title: str,
+    out: str | Path,
+    scores: dict[str, float] | None = None,
+) -> None:
+    """A PNG of a run's test embedding as an MLflow run of Table 1 carries it beside its scores:
+    the embedding's two principal axes (the directions of its largest spread, so that classes
+    that its first two coordinates stack in one corner lie apart), one colour per class with a
+    legend, and the run's scores in the title; one colour without labels."""
+    plane = principal_plane(embedding)
+    fig, ax = plt.subplots(figsize=(6.4, 5.2))
+    classes = [None] if labels is None else list(np.unique(labels))
+    for index, label in enumerate(classes):
+        chosen = slice(None) if label is None else np.asarray(labels) == label
+        colour = CLUSTER_COLOURS(index % CLUSTER_COLOURS.N)
+        ax.scatter(*plane[chosen].T, color=colour, s=6, linewidths=0, label=None if label is None else str(label))
+    if labels is not None:
+        ax.legend(
+            title="class", fontsize=7, title_fontsize=8, markerscale=2, loc="center left", bbox_to_anchor=(1, 0.5)
+        )
+    ax.set_xlabel("principal axis 1 of the test embedding")
+    ax.set_ylabel("principal axis 2")
+    shown = ", ".join(f"{name} {value:.3f}" for name, value in (scores or {}).items() if np.isfinite(value))
+    ax.set_title(f"{title}\n{shown}" if shown else title, fontsize=9)
+    ax.tick_params(labelsize=7)
     fig.tight_layout()
     fig.savefig(out, dpi=100)
     plt.close(fig)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import getpass
 import json
 import logging
+import math
 import os
 import sys
 import tempfile
@@ -32,7 +33,7 @@ from basis.tracking.store import (
     search_all,
     store_lock,
 )
-from basis.tracking.views import ensure_experiments, metric_name, shown_value
+from basis.tracking.views import LOG_SCALED, ensure_experiments, metric_name, shown_value
 
 log = logging.getLogger(__name__)
 #: Tags that identify "the same job"; a newer finished run supersedes older ones with equal values.
@@ -264,12 +265,16 @@ def summarise_seeds(
     seeds: list[int],
     scores: dict[str, tuple[float, float]],
     store: str | Path = DEFAULT_STORE,
+    start_time: int | None = None,
 ) -> tuple[str, list]:
     """The parent run of ``method``'s current runs of ``seeds`` on ``dataset``; returns its id
     and those runs. It spans
     them (started with the first, finished after the last), holds the parameters and data
     set they share, and ``scores`` (measure -> mean, std over seeds) under the seeds' own
-    metric names (the std as ``std/<name>``), so that a chart of a score compares methods.
+    metric names (the std as ``<name>_std``, listed beside the mean), so that a chart of a score compares methods,
+    and each distance's log10 as ``<name>_log10`` (a baseline's d_perp of 1e6 beside BASiS's
+    0.2 flattens a linear chart). ``start_time`` (ms) orders the summaries in a view sorted by
+    start time (Table 1 gives its rows falling times in its order: by data set, then method).
     A summary made before (an older set of seeds) is deleted; its seeds stay superseded."""
     from mlflow.entities import DatasetInput
 
@@ -290,12 +295,15 @@ def summarise_seeds(
     older = [run for run in every if run.data.tags.get(SUMMARY_TAG) == key]
     shared = {k: v for k, v in seeds[0].data.params.items() if k != "seed"}
     shared = {k: v for k, v in shared.items() if all(run.data.params.get(k) == v for run in seeds)}
-    description = f"{method} on {dataset}: the mean of its {len(seeds)} seeds (std/...: their spread); unfold for each."
+    description = f"{method} on {dataset}: the mean of its {len(seeds)} seeds (..._std: their spread); unfold for each."
     summary = mlflow_client.create_run(
         experiment_id,
         run_name=f"{dataset}: {method}",
-        start_time=min(run.info.start_time for run in seeds),
-        tags={SUMMARY_TAG: key, "dataset": dataset, "method": method, "mlflow.note.content": description},
+        start_time=min(run.info.start_time for run in seeds) if start_time is None else start_time,
+        # the seeds' rule too: the Table 1 view's filter then lists the summaries themselves, in
+        # Table 1's order (start_time), each unfolding into its seeds
+        tags={SUMMARY_TAG: key, "dataset": dataset, "method": method, "mlflow.note.content": description}
+        | {"rule": seeds[0].data.tags["rule"]},
     )
     run_id = summary.info.run_id
     tracked = TrackedRun(mlflow_client, run_id, store)
@@ -306,7 +314,9 @@ def summarise_seeds(
             mlflow_client.log_inputs(run_id, datasets=[DatasetInput(i.dataset, i.tags) for i in inputs.values()])
     values = {}
     for measure, (mean, std) in scores.items():
-        values |= {measure: mean, f"std/{metric_name(measure)}": std}
+        values |= {measure: mean, f"{metric_name(measure)}_std": std}
+        if measure in LOG_SCALED and mean > 0:
+            values[f"{metric_name(measure)}_log10"] = math.log10(mean)
     tracked.log_metrics({k: v for k, v in values.items() if v == v})  # NaN: a measure some seeds lack
     for run in seeds:
         mlflow_client.set_tag(run.info.run_id, "mlflow.parentRunId", run_id)

@@ -138,3 +138,45 @@ def load_embedding(model: str | Path, store: str | Path | None = None, device: s
         first_line = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise InputError(f"--model {model}: no MLflow model there ({first_line})") from None
     return loaded.predict
+
+
+#: The alias of the version a user should load: the seed whose d_G is the seeds' median (a
+#: representative run, not the one that happened to score best on the test set).
+REPRESENTATIVE = "representative"
+
+
+def register_seeds(mlflow_client, name: str, experiment_id: str, seeds: dict[int, str], d_G: dict[int, float]) -> dict:
+    """Register the models logged by one method's seed runs on one data set (``seeds``: seed ->
+    run id) as versions of registered model ``name``, each with the alias ``seed<k>``, and
+    :data:`REPRESENTATIVE` on the seed of median ``d_G``; ``models:/<name>@<alias>`` loads
+    it. A version registered before for the same run is kept, so a rerun adds none. Returns
+    alias -> version."""
+    from mlflow.exceptions import MlflowException
+
+    models = {m.source_run_id: m for m in mlflow_client.search_logged_models([experiment_id])}
+    models = {seed: models[run_id] for seed, run_id in seeds.items() if run_id in models}
+    if not models:
+        return {}
+    try:
+        mlflow_client.create_registered_model(name, description=f"{name}: one version per seed; load @{REPRESENTATIVE}")
+    except MlflowException as err:
+        if err.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+    from basis.tracking.store import scoped_tracking_uri
+
+    known = {v.run_id: v.version for v in mlflow_client.search_model_versions(f"name = '{name}'")}
+    aliases = {}
+    for seed, model in sorted(models.items()):
+        version = known.get(model.source_run_id)
+        if version is None:
+            with scoped_tracking_uri(mlflow_client.tracking_uri):  # where the registry looks the model up
+                version = mlflow_client.create_model_version(
+                    name, source=f"models:/{model.model_id}", run_id=model.source_run_id, model_id=model.model_id
+                ).version
+        aliases[f"seed{seed}"] = str(version)
+    scored = sorted((value, seed) for seed, value in d_G.items() if seed in models and np.isfinite(value))
+    if scored:
+        aliases[REPRESENTATIVE] = aliases[f"seed{scored[(len(scored) - 1) // 2][1]}"]
+    for alias, version in aliases.items():
+        mlflow_client.set_registered_model_alias(name, alias, version)
+    return aliases

@@ -73,12 +73,29 @@ STAGE_DESCRIPTIONS = {
 #: (its parent run, :func:`summarise_seeds`: the seeds' mean), unfolding into its seeds.
 TABLE1_VIEW = "table1"
 TABLE1_METRICS = ("d_G", "d_perp", "nmi", "acc", "accuracy")
+#: The distances a parent run also logs as log10 (``<name>_log10``), on which the methods
+#: can be told apart in a chart: a baseline's d_perp can be a million times BASiS's.
+LOG_SCALED = ("d_G", "d_perp")
+
+
+def table1_columns() -> list[str]:
+    """The view's columns: each score (the paper's equation), its seeds' spread beside it
+    (``..._std``), and for a distance its log10; the UI lists a section's columns
+    alphabetically, so each mean is followed by its log10 and its spread."""
+    columns = []
+    for name in TABLE1_METRICS:
+        columns += [f"metrics.`{metric_name(name)}`"]
+        columns += [f"metrics.`{metric_name(name)}_log10`"] if name in LOG_SCALED else []
+        columns += [f"metrics.`{metric_name(name)}_std`"]
+    return columns
 
 
 def table1_view() -> str:
     """The JSON of :data:`TABLE1_VIEW`, in the view-state format of MLflow 3.17's UI. The
-    parents do not match its filter: MLflow shows a matching run under its parent when the
-    runs are sorted by start time."""
+    parents match its filter too (they carry their seeds' rule): MLflow shows a matching run
+    under its parent when the runs are sorted by start time, and Table 1 starts its parents
+    after their seeds, in its own order (:func:`~basis.tracking.runs.summarise_seeds`), so
+    that they are listed by data set, then method."""
     return json.dumps(
         {
             "searchFilter": "tags.rule = 'train_and_evaluate' and tags.superseded IS NULL",
@@ -88,7 +105,7 @@ def table1_view() -> str:
             "lifecycleFilter": "Active",
             "modelVersionFilter": "All Runs",
             "datasetsFilter": [],
-            "selectedColumns": [f"metrics.`{metric_name(name)}`" for name in TABLE1_METRICS],
+            "selectedColumns": table1_columns(),
             "chartsSearchFilter": "eval/",  # the chart view opens on the scores, one bar per run
         }
     )
@@ -142,25 +159,34 @@ def _stage_tags(experiment: str) -> dict[str, str]:
     return tags
 
 
-#: What a finished workflow hands the reader, and where.
-ANSWER = "results/paper/comparison.md"
+def report_path(config_name: str) -> str:
+    """Where a config's report lands (:mod:`basis.report`): what a finished workflow hands the reader."""
+    return f"results/{config_name}/report.html"
 
 
-def where_to_look(runs_experiment: str, store: str | Path = DEFAULT_STORE) -> str:
-    """The lines a finished workflow ends with: where the answer is, and the two commands that
-    open Table 1's view in the MLflow UI (a local store's UI, or the tracking server's)."""
+def ui_address() -> str | None:
+    """The MLflow UI's address where it is known: the tracking server's (it serves the UI),
+    without its credentials; None for a local store, whose UI the reader starts on a port of
+    their choosing."""
     from basis.runtime.stores import redacted_uri
 
-    uri = os.environ.get("MLFLOW_TRACKING_URI")
-    if uri and uri.startswith(("http://", "https://")):
-        ui, serve = redacted_uri(uri), f"the tracking server serves the UI at {redacted_uri(uri)}"
+    uri = os.environ.get("MLFLOW_TRACKING_URI", "")
+    return redacted_uri(uri) if uri.startswith(("http://", "https://")) else None
+
+
+def where_to_look(runs_experiment: str, config_name: str, store: str | Path = DEFAULT_STORE) -> str:
+    """The lines a finished workflow ends with: where the report is, and the two commands that
+    open Table 1's view in the MLflow UI (a local store's UI, or the tracking server's)."""
+    ui = ui_address()
+    if ui is not None:
+        serve = f"the tracking server serves the UI at {ui}"
     else:
         ui = "http://127.0.0.1:5000"
-        database = uri or f"sqlite:///{Path(store) / 'mlflow.db'}"
+        database = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path(store) / 'mlflow.db'}"
         serve = f".venv/bin/mlflow ui --backend-store-uri {database} --host 127.0.0.1 --port 5000 --workers 1"
     return "\n".join(
         [
-            f"The answer: {ANSWER} (and its .html beside it); Table 1: results/paper/table1.md.",
+            f"The report: {report_path(config_name)} (open it in a browser; its text: results/paper/comparison.md).",
             "Table 1 in the MLflow UI:",
             f"  {serve}",
             f"  .venv/bin/python -m basis tracking url --experiment {runs_experiment} --ui {ui}",

@@ -108,14 +108,16 @@ def reference_tags(wildcards, rule, variant=None):
 
 def run_tags(wildcards, rule, variant=None, section=None):
     """MLflow tags naming the job: its rule, every wildcard, a variant (what sets this job
-    apart from others of its rule), the config and a hash of its config section."""
+    apart from others of its rule) and a hash of its config section. The config's name is
+    added by the job (basis.runtime.jobs.job_tags): params are part of a job's identity,
+    and a renamed config reruns nothing."""
     if section is None:  # a run of a method: what its result depends on
         section = {
             "protocol": config["protocol"],
             "method": config["methods"].get(wildcards.get("method"), {}),
             "features": config["features"],
         }
-    tags = {"rule": rule, "config_name": config["name"], "config_hash": config_hash(section)}
+    tags = {"rule": rule, "config_hash": config_hash(section)}
     tags.update({key: value for key, value in wildcards.items()})
     if variant:
         tags["variant"] = variant

@@ -25,7 +25,7 @@ from basis.errors import InputError
 from basis.runtime.gpus import visible_gpu_count
 from basis.runtime.jobs import age_restored_outputs
 from basis.tracking import STAGE_DESCRIPTIONS, TRACKING_FLAG, check_results_store
-from basis.tracking.views import ANSWER, where_to_look
+from basis.tracking.views import report_path, where_to_look
 
 SCHEMA = "../schemas/config.schema.yaml"
 
@@ -122,8 +122,8 @@ onerror:
 
 onsuccess:
     # the last lines a user reads: where the answer is and how to open the MLflow view
-    if Path(ANSWER).exists():
-        print(where_to_look(EXPERIMENTS["runs"]), file=sys.stderr)
+    if Path(report_path(config["name"])).exists():
+        print(where_to_look(EXPERIMENTS["runs"], config["name"]), file=sys.stderr)
 
 
 # Jobs that only download, set up or tabulate run on the submitting host of a cluster

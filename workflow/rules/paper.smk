@@ -25,6 +25,7 @@ rule table1:
         html=update(report("results/paper/table1.html", caption="../report/table1.rst", category="Table 1")),
         csv=update("results/paper/table1.csv"),
         tex=update("results/paper/table1.tex"),
+        runs=update("results/paper/table1_runs.json"),
     log:
         "results/logs/paper/table1.log",
     conda:
@@ -55,6 +56,18 @@ for figure, (study, folders, has_table) in STUDY_FIGURES.items():
             pdf=update(f"{FIGURES_DIR}/{figure}.pdf"),
             caption=update(f"{FIGURES_DIR}/{figure}.rst"),
             table=update([f"{FIGURES_DIR}/{figure}.md"] if has_table else []),
+            # the figure's numbers as a page of the Snakemake report
+            table_html=update(
+                [
+                    report(
+                        f"{FIGURES_DIR}/{figure}.table.html",
+                        caption=f"../../{FIGURES_DIR}/{figure}.rst",
+                        category="Figure tables",
+                    )
+                ]
+                if has_table
+                else []
+            ),
         log:
             f"results/logs/paper/{figure}.log",
         localrule: True
@@ -150,9 +163,13 @@ rule comparison:
         ablation="results/paper/ablation.csv",
         references=expand("results/references/{dataset}.npz", dataset=config["datasets"]),
         studies=[f"results/{study_folder(name, run)}/metrics.json" for name, runs in STUDY_RUNS.items() for run in runs],
+        links=rules.table1.output.runs,
+        # the report shows each claim beside its figure
+        figures=[f"{FIGURES_DIR}/{figure}.png" for figure in STUDY_FIGURES] + [rules.knn_sensitivity.output.png],
     output:
         markdown=update("results/paper/comparison.md"),
         html=update(report("results/paper/comparison.html", caption="../report/comparison.rst", category="Comparison")),
+        report=update(report(report_path(config["name"]), caption="../report/report.rst", category="Report")),
     log:
         "results/logs/paper/comparison.log",
     conda:
@@ -161,7 +178,11 @@ rule comparison:
     params:
         code=CODE_PRESENTATION,
         experiment=EXPERIMENTS["paper"],
-        tags=lambda wildcards: run_tags(wildcards, "comparison", "comparison", config),
+        # the whole config but its name, which names the report's folder only
+        tags=lambda wildcards: run_tags(
+            wildcards, "comparison", "comparison", {k: v for k, v in config.items() if k != "name"}
+        ),
+        name=config["name"],
         studies={name: list(runs) for name, runs in STUDY_RUNS.items()},
     script:
         "../scripts/comparison.py"

@@ -10,7 +10,7 @@ smk = snakemake  # noqa: F821 (injected by Snakemake)
 sys.path.insert(0, str(Path(smk.scriptdir).parents[1]))
 
 from basis.paper import ABLATION_MEASURES, SWEEP_MEASURES, ablation_markdown, markdown_to_html, sweep_summary
-from basis.runtime.jobs import job_log
+from basis.runtime.jobs import job_log, job_tags
 from basis.runtime.outputs import read_metrics, write_text
 from basis.tracking import finish_parents, tracked_run
 
@@ -26,7 +26,7 @@ with job_log(smk.log[0], smk.output):
     write_text(smk.output.html, markdown_to_html(ablation_markdown(summary)))
     # the parent each data set's sweep runs hang under ends after them
     finish_parents(smk.params.sweep_experiment, smk.params.sweep_parents)
-    tags = dict(tag.split("=", 1) for tag in smk.params.tags)
+    tags = job_tags(smk)
     with tracked_run(smk.params.experiment, "ablation", tags) as run:
         run.log_params({"n_runs": len(rows)})
         for name in ("markdown", "csv"):

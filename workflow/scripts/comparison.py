@@ -1,5 +1,6 @@
 """The paper-vs-reproduced report: Table 1's numbers and one line per other claim."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -16,9 +17,11 @@ from basis.paper import (
     paper_claims,
 )
 from basis.references import stored_certificate
-from basis.runtime.jobs import job_log
+from basis.report import RunLink, report_html
+from basis.runtime.jobs import job_log, job_tags
 from basis.runtime.outputs import read_metrics, write_text
 from basis.tracking import tracked_run
+from basis.tracking.views import ui_address
 from basis.verdicts import (
     certificates_markdown,
     claims_markdown,
@@ -52,7 +55,16 @@ with job_log(smk.log[0], smk.output):
     )
     write_text(smk.output.markdown, text)
     write_text(smk.output.html, markdown_to_html(text))
-    tags = dict(tag.split("=", 1) for tag in smk.params.tags)
+    ui = ui_address()
+    links = {
+        (dataset, method): RunLink(run["run_id"], run["experiment_id"], ui)
+        for dataset, methods in json.loads(Path(smk.input.links).read_text()).items()
+        for method, run in methods.items()
+    }
+    figures = {Path(path).stem: Path(path) for path in smk.input.figures}
+    page = report_html(smk.params.name, table1, verdicts, unavailable, rows, figures, links, text)
+    write_text(smk.output.report, page)
+    tags = job_tags(smk)
     with tracked_run(smk.params.experiment, "comparison", tags) as run:
         tally = claims_tally(rows)
         run.log_metrics(
@@ -64,3 +76,4 @@ with job_log(smk.log[0], smk.output):
             {f"table1_{key}": sum(r["verdict"].startswith(key) for r in verdicts) for key in ("holds", "fails")}
         )
         run.log_artifact(smk.output.markdown)
+        run.log_artifact(smk.output.report)

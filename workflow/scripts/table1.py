@@ -1,7 +1,9 @@
 """Assemble Table 1 from the runs' metrics, and log it to MLflow."""
 
+import json
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -21,10 +23,11 @@ from basis.paper import (
     table_markdown,
 )
 from basis.references import stored_certificate
-from basis.runtime.jobs import job_log
+from basis.runtime.jobs import job_log, job_tags
 from basis.runtime.outputs import read_metrics, write_text
 from basis.studies.figures import embedding_picture
 from basis.tracking import client, ensure_experiments, summarise_seeds, tracked_run
+from basis.tracking.serving import register_seeds
 from basis.verdicts import merge_unavailable, undetermined_truths
 
 with job_log(smk.log[0], smk.output):
@@ -46,18 +49,34 @@ with job_log(smk.log[0], smk.output):
     # each seed's embedding as a picture
     mlflow_client = client()
     runs_experiment = ensure_experiments([smk.params.runs_experiment])[smk.params.runs_experiment]
-    for (dataset, method), row in summary.iterrows():
+    links = {}  # data set -> method -> the parent run that holds its row (the report links to it)
+    prefix = smk.params.runs_experiment.removesuffix("-runs")
+    made = int(time.time() * 1000)  # the view sorts by start time, newest first: Table 1's order
+    for rank, ((dataset, method), row) in enumerate(summary.iterrows()):
         scores = {measure: (row[measure, "mean"], row[measure, "std"]) for measure, _ in row.index}
         seeds = [int(seed.removeprefix("seed")) for d, m, seed in folders if (d, m) == (dataset, method)]
-        _, seed_runs = summarise_seeds(mlflow_client, runs_experiment, dataset, method, seeds, scores)
+        parent, seed_runs = summarise_seeds(
+            mlflow_client, runs_experiment, dataset, method, seeds, scores, start_time=made - rank
+        )
+        links.setdefault(dataset, {})[method] = {"run_id": parent, "experiment_id": runs_experiment}
+        # the Model Registry: the seeds as versions of one model, "@representative" to load
+        by_seed = {int(r.data.tags["seed"]): r.info.run_id for r in seed_runs}
+        d_G = {
+            int(r["seed"].removeprefix("seed")): r["d_G"]
+            for r in rows
+            if (r["dataset"], r["method"]) == (dataset, method)
+        }
+        register_seeds(mlflow_client, f"{prefix}-{dataset}-{method}", runs_experiment, by_seed, d_G)
         for seed_run in seed_runs:
             folder = folders[dataset, method, f"seed{seed_run.data.tags['seed']}"]
             with np.load(folder / "embedding.npz") as embedding, tempfile.TemporaryDirectory() as pictures:
                 picture = Path(pictures) / "embedding.png"
                 labels = embedding["labels"] if "labels" in embedding.files else None  # unlabelled: none
-                embedding_picture(embedding["test"], labels, seed_run.info.run_name, picture)
+                seed_scores = {m: v for m, v in read_metrics(folder / "metrics.json").items() if m in MEASURES}
+                embedding_picture(embedding["test"], labels, seed_run.info.run_name, picture, seed_scores)
                 mlflow_client.log_artifact(seed_run.info.run_id, str(picture))
-    tags = dict(tag.split("=", 1) for tag in smk.params.tags)
+    write_text(smk.output.runs, json.dumps(links, indent=1, sort_keys=True) + "\n")
+    tags = job_tags(smk)
     with tracked_run(smk.params.experiment, "table1", tags) as run:
         run.log_params({"n_runs": len(rows)})
         for name in ("markdown", "csv", "tex"):
