@@ -83,11 +83,12 @@ def cell_verdict(text: str) -> str:
     return next((word for word in CELL_VERDICTS[:3] if text.startswith(word)), "not measured")
 
 
-def table1_tally(verdicts: list[dict], datasets: list[str]) -> dict[str, int]:
-    """Table 1's cells of the paper's data sets (the paper's variant, one per data set and
-    measure) by verdict; a paper data set this config did not run counts as not measured."""
+def table1_tally(verdicts: list[dict], datasets: list[str], paper: bool = True) -> dict[str, int]:
+    """Table 1's cells by verdict (the paper's variant, one per data set and measure): of the
+    paper's data sets (a paper data set this config did not run counts as not measured), or,
+    with ``paper=False``, of the config's other data sets."""
     tally = dict.fromkeys(CELL_VERDICTS, 0)
-    for dataset in DATASET_LABELS:
+    for dataset in DATASET_LABELS if paper else [d for d in datasets if d not in DATASET_LABELS]:
         for measure in MEASURES:
             found = _paper_variant_verdict(verdicts, dataset, measure) if dataset in datasets else None
             tally[cell_verdict(found["verdict"]) if found else "not measured"] += 1
@@ -177,9 +178,10 @@ def table1_html(
     return "".join(rows)
 
 
-def other_datasets_html(summary: pd.DataFrame, links: dict[tuple[str, str], RunLink]) -> str:
+def other_datasets_html(summary: pd.DataFrame, verdicts: list[dict], links: dict[tuple[str, str], RunLink]) -> str:
     """The data sets the paper does not report (digits, toy sets, one's own): a row per data
-    set and method, Table 1's measures by the paper's equations."""
+    set and method, Table 1's measures by the paper's equations, BASiS's verdict (in the
+    paper's variant where the runs computed it) as a colour and a word."""
     own = [(d, m) for d, m in summary.index if d not in DATASET_LABELS]
     if not own:
         return ""
@@ -187,7 +189,15 @@ def other_datasets_html(summary: pd.DataFrame, links: dict[tuple[str, str], RunL
     rows = [f"<table class='others'><thead><tr><th>data set</th><th>method</th>{head}</tr></thead><tbody>"]
     for dataset, method in own:
         row = summary.loc[(dataset, method)]
-        cells = "".join(f"<td>{_linked(_number(row, m), links.get((dataset, method)))}</td>" for m in MEASURES)
+        cells = ""
+        for measure in MEASURES:
+            shown, css = _linked(_number(row, measure), links.get((dataset, method))), ""
+            found = _paper_variant_verdict(verdicts, dataset, measure) if method == "basis" else None
+            if found is not None:
+                word = cell_verdict(found["verdict"])
+                css = f" class='v-{_slug(word)}' title='{html.escape(found['verdict'])}'"
+                shown += f"<span class='word'>{word}</span>"
+            cells += f"<td{css}>{shown}</td>"
         rows.append(f"<tr><td>{html.escape(dataset)}</td><td>{METHOD_LABELS.get(method, method)}</td>{cells}</tr>")
     rows.append("</tbody></table>")
     return "".join(rows)
@@ -220,16 +230,19 @@ def claims_html(rows: list[dict], figures: dict[str, Path]) -> str:
     return "".join(parts)
 
 
-def tally_html(table1: dict[str, int], claims: dict[str, int]) -> str:
-    """The page's first lines: how many Table 1 cells and other claims came out which way."""
-    first = "".join(f"<td class='v-{_slug(k)}'>{v} {k}</td>" for k, v in table1.items())
-    second = "".join(f"<td class='v-{_slug(k)}'>{v} {k}</td>" for k, v in claims.items())
-    return (
-        "<table class='tally'><tbody>"
-        f"<tr><th>Table 1 (BASiS best, {sum(table1.values())} cells)</th>{first}</tr>"
-        f"<tr><th>other claims ({sum(claims.values())})</th>{second}<td></td></tr>"
-        "</tbody></table>"
-    )
+def tally_html(table1: dict[str, int], claims: dict[str, int], others: dict[str, int], names: list[str]) -> str:
+    """The page's first lines: how many Table 1 cells (of the paper's data sets, and of the
+    config's others, ``names``) and other claims came out which way."""
+
+    def cells(counts: dict[str, int]) -> str:
+        return "".join(f"<td class='v-{_slug(k)}'>{v} {k}</td>" for k, v in counts.items())
+
+    rows = [f"<tr><th>Table 1 (BASiS best, {sum(table1.values())} cells)</th>{cells(table1)}</tr>"]
+    if names:
+        label = f"Table 1 on {', '.join(map(html.escape, names))} ({sum(others.values())} cells, no paper number)"
+        rows.append(f"<tr><th>{label}</th>{cells(others)}</tr>")
+    rows.append(f"<tr><th>other claims ({sum(claims.values())})</th>{cells(claims)}<td></td></tr>")
+    return f"<table class='tally'><tbody>{''.join(rows)}</tbody></table>"
 
 
 def report_html(
@@ -246,7 +259,12 @@ def report_html(
     datasets = list(summary.index.get_level_values(0).unique())
     body = [
         f"<h1>BASiS reproduction: config {html.escape(name)}</h1>",
-        tally_html(table1_tally(verdicts, datasets), claims_tally(claims)),
+        tally_html(
+            table1_tally(verdicts, datasets),
+            claims_tally(claims),
+            table1_tally(verdicts, datasets, paper=False),
+            [d for d in datasets if d not in DATASET_LABELS],
+        ),
         "<h2>Table 1</h2>",
         "<p>Ours over the config's seeds (mean ± std), the paper's number under it, in the variant that"
         " produced the paper's number where the runs computed it. BASiS's cell says whether it is the best"
@@ -255,7 +273,7 @@ def report_html(
         "<h2>The other claims</h2>",
         claims_html(claims, figures),
     ]
-    others = other_datasets_html(summary, links)
+    others = other_datasets_html(summary, verdicts, links)
     if others:
         body += ["<h2>Data sets the paper does not report</h2>", others]
     inner = markdown_to_html(details).split("<body>", 1)[1].rsplit("</body>", 1)[0]

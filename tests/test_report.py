@@ -82,6 +82,10 @@ def test_the_tally_comes_first_and_counts_every_cell_of_the_papers_table1(page):
     # MNIST's five measures, BASiS best beyond the seeds' spread; the other 15 paper cells not run
     assert "5 holds" in tally and "0 fails" in tally and "15 not measured" in tally
     assert "1 reproduced" in tally and "1 not reproduced" in tally and "1 not measured here" in tally
+    # digits, which the paper does not report: its own row of the tally, and its verdicts in its table
+    assert "Table 1 on digits (5 cells, no paper number)</th><td class='v-holds'>5 holds</td>" in tally
+    others = text.split("<table class='others'>")[1].split("</table>")[0]
+    assert others.count("<span class='word'>holds</span>") == 5
 
 
 def test_table1_has_the_papers_layout_with_the_papers_number_under_ours(page):
