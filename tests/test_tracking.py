@@ -367,6 +367,8 @@ def test_ctrl_c_on_a_workflow_closes_its_running_job_as_killed_without_a_traceba
         [sys.executable, "-m", "snakemake", target, "--cores", "1", "--configfile", "long.yaml"],
         cwd=folder, env=snakemake_env(folder), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True,  # a terminal's foreground group, which Ctrl-C signals as a whole
+        # as at a terminal: a suite started in the background of a script (CI's) inherits SIGINT ignored
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     try:
         for _ in range(HANG_GUARD_S * 2):  # until the ablation's run is open
