@@ -289,7 +289,7 @@ def odd_servers(tmp_path):
 @pytest.mark.parametrize(
     "server, trust, words",
     [
-        ("stalls", {}, "takes the connection but does not answer an MLflow request within 5 s"),
+        ("stalls", {}, "takes the connection but does not answer an MLflow request within 20 s"),
         ("404", {}, "answers, but not as an MLflow tracking server (HTTP 404"),
         ("self-signed", {}, "its TLS certificate is not trusted here; give its CA's certificate"),
         ("self-signed", {"MLFLOW_TRACKING_SERVER_CERT_PATH": "certificate"}, "not as an MLflow tracking server"),

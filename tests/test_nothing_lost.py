@@ -16,7 +16,7 @@ import pytest
 from conftest import HANG_GUARD_S, assert_refused, copy_workflow, run_snakemake
 
 from basis.cli import main
-from basis.runtime.jobs import age_restored_outputs, job_log, run_logged
+from basis.runtime.jobs import JOB_COMMAND, age_restored_outputs, job_log, run_logged
 from basis.tracking.store import read_local_store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -284,7 +284,8 @@ def test_a_jobs_failure_is_one_line_on_the_console_and_in_its_log(tmp_path, capf
         print("working")
         raise InputError("results/x.json is missing or corrupt")
     assert stopped.value.code == 2
-    assert capfd.readouterr().err.strip() == "error: results/x.json is missing or corrupt"
+    err = [line for line in capfd.readouterr().err.splitlines() if not line.startswith(JOB_COMMAND)]  # what runs
+    assert err == ["error: results/x.json is missing or corrupt"]
     assert log.read_text() == "working\nerror: results/x.json is missing or corrupt\n"
     with pytest.raises(SystemExit) as stopped, job_log(log):
         raise KeyError("seed")
@@ -298,7 +299,8 @@ def test_a_commands_error_line_reaches_the_console(tmp_path, capfd):
     with pytest.raises(SystemExit) as stopped:
         run_logged(command, log, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert stopped.value.code == 2
-    err = capfd.readouterr().err.strip().splitlines()
+    command, *err = capfd.readouterr().err.strip().splitlines()  # first what it runs, then the one error line
+    assert command.startswith(f"{JOB_COMMAND.strip()} python -m basis embed --model missing.pt")
     assert len(err) == 1 and err[0].startswith("error: --input missing.npy does not exist") and str(log) in err[0]
     assert log.read_text().startswith("# python -m basis embed")
 

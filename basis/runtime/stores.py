@@ -94,6 +94,10 @@ def _holds_mlflow_tables(database: Path) -> bool:
 _DATABASE_DRIVERS = {"postgresql": "psycopg2", "mysql": "pymysql", "mssql": "pyodbc"}
 #: Seconds a tracking server has to accept a connection before it is called unreachable.
 SERVER_TIMEOUT_S = 5.0
+#: Seconds a tracking server has to answer the door's MLflow request: a server on a busy
+#: host takes seconds to answer its first request; one that stalls still ends the command
+#: in one line well within a minute.
+REQUEST_TIMEOUT_S = 20.0
 
 
 def redacted_uri(uri: str) -> str:
@@ -218,7 +222,7 @@ def _check_database(uri: str, shown: str, driver: str) -> None:
 def _check_credentials(uri: str, shown: str) -> None:
     """One read of the experiments list, as MLflow's client makes it (its TLS settings and
     credentials), refusing in one line what would hang or fail a run: no answer within
-    :data:`SERVER_TIMEOUT_S`, an untrusted certificate, not MLflow (404), credentials turned
+    :data:`REQUEST_TIMEOUT_S`, an untrusted certificate, not MLflow (404), credentials turned
     away (401, 403). A server error (5xx) is left to the run's retries."""
     from urllib.parse import urlsplit
 
@@ -239,7 +243,7 @@ def _check_credentials(uri: str, shown: str) -> None:
             params={"max_results": 1},
             headers=headers,
             auth=auth,
-            timeout=SERVER_TIMEOUT_S,
+            timeout=(SERVER_TIMEOUT_S, REQUEST_TIMEOUT_S),  # to connect, and to answer
             verify=verify,
         )
     except requests.exceptions.SSLError:
@@ -250,7 +254,7 @@ def _check_credentials(uri: str, shown: str) -> None:
     except requests.Timeout:
         raise InputError(
             f"MLFLOW_TRACKING_URI {shown} takes the connection but does not answer an MLflow request within"
-            f" {SERVER_TIMEOUT_S:g} s; check that an MLflow tracking server runs there"
+            f" {REQUEST_TIMEOUT_S:g} s; check that an MLflow tracking server runs there"
         ) from None
     except requests.RequestException as err:
         reason = redacted_text(str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__)
