@@ -134,7 +134,7 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
     return summary
 
 
-def _seed_count(row: pd.Series, measure: str) -> str:
+def seed_count(row: pd.Series, measure: str) -> str:
     """`` (2 of 3 seeds)`` where fewer of the row's seeds measured ``measure`` than others."""
     counts = {m: row[m, "count"] for m, stat in row.index if stat == "count"}
     most = max(counts.values(), default=0)
@@ -176,7 +176,7 @@ def table_markdown(summary: pd.DataFrame, unavailable: dict[str, dict[str, str]]
         for (dataset, method), row in summary.iterrows():
             cells = []
             for m in measures:
-                text = mean_std(row[(m, "mean")], row[(m, "std")]) + _seed_count(row, m)
+                text = mean_std(row[(m, "mean")], row[(m, "std")]) + seed_count(row, m)
                 if m in unavailable.get(dataset, {}):
                     text = NOT_AVAILABLE
                 if m == "d_G_code" and not_a_distance(row):
@@ -272,7 +272,7 @@ def comparison_markdown(summary: pd.DataFrame, unavailable: dict[str, dict[str, 
     ]
 
     def cell(row: pd.Series, measure: str) -> str:
-        return mean_std(row[(measure, "mean")], row[(measure, "std")]) + _seed_count(row, measure)
+        return mean_std(row[(measure, "mean")], row[(measure, "std")]) + seed_count(row, measure)
 
     for (dataset, method), row in summary.iterrows():
         for measure in MEASURES:

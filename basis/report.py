@@ -28,6 +28,7 @@ from basis.paper import (
     markdown_to_html,
     mean_std,
     not_a_distance,
+    seed_count,
 )
 from basis.verdicts import claims_tally
 
@@ -107,11 +108,7 @@ def _paper_variant_verdict(verdicts: list[dict], dataset: str, measure: str) -> 
 
 def _number(row: pd.Series, column: str) -> str:
     """A mean ± std cell, the seed count where some seeds lack it, and † where not a distance."""
-    counts = [row[m, "count"] for m, stat in row.index if stat == "count"]
-    text = mean_std(row[column, "mean"], row[column, "std"])
-    count = int(row[column, "count"])
-    if text != "–" and count < max(counts, default=0):
-        text += f" ({count} of {int(max(counts))} seeds)"
+    text = mean_std(row[column, "mean"], row[column, "std"]) + seed_count(row, column)
     if column == "d_G_code" and not_a_distance(row):
         text += f" {NOT_A_DISTANCE}"
     return text
