@@ -77,8 +77,9 @@ def test_each_job_says_what_it_runs_and_no_line_reads_shell_command_none(workflo
     output = (workflow / "first-run.log").read_text()
     assert "Shell command: None" not in output
     jobs = re.findall(r"^(?:local)?rule (\w+):$", output, re.M)
-    # two jobs' output may share a line of the console: each command is counted where it starts
-    commands = re.findall(rf"{JOB_COMMAND}[^\n]*", output)
+    # two jobs' output may share a line of the console (a long line is not written in one piece):
+    # each command is counted where it starts and read up to the next one or the line's end
+    commands = re.findall(rf"{JOB_COMMAND}(?:(?!{JOB_COMMAND})[^\n])*", output)
     assert len(jobs) > 30 and len(commands) == len(jobs) - output.count("rule all:"), (len(jobs), len(commands))
     assert any(line.startswith(f"{JOB_COMMAND}python -m basis run ") for line in commands)
     assert f"{JOB_COMMAND}workflow/scripts/table1.py (Snakemake script; log: results/logs/paper/table1.log)" in commands
