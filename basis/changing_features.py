@@ -12,17 +12,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
-from basis import metrics
-from basis.alignment import apply_affine, global_transform
 from basis.errors import InputError
-from basis.estimators import BASiS
-from basis.features import SiameseFeatures
-from basis.references import analytic_embedding
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
@@ -118,6 +115,10 @@ class FeatureChangeTrainer:
             )
         if eval_every < 1 or eval_size < 2:
             raise InputError(f"eval_every must be >= 1 and eval_size >= 2, got {eval_every} and {eval_size}")
+        # imported here: the feature-change study's settings (these parameters) are read at a dry run's parse
+        from basis.estimators import BASiS
+        from basis.features import SiameseFeatures
+
         self.features = SiameseFeatures(
             out_dim,
             margin=margin,
@@ -156,6 +157,8 @@ class FeatureChangeTrainer:
     def fit(
         self, images_train: np.ndarray, y_train: np.ndarray, images_val: np.ndarray, y_val: np.ndarray
     ) -> FeatureChangeResult:
+        import torch
+
         started = time.perf_counter()
         result = FeatureChangeResult()
         features, spectral = self.features.start(images_train, y_train), self.spectral
@@ -189,6 +192,10 @@ class FeatureChangeTrainer:
         self, iteration: int, base: torch.Tensor, n_anchors: int, previous: torch.Tensor, result: FeatureChangeResult
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """Algorithm 2 (base re-embedding and T_G), then one BASiS step (Algorithm 1)."""
+        import torch
+
+        from basis.alignment import apply_affine, global_transform
+
         spectral = self.spectral
         updated = spectral.embed_batch(self._features_of(base))
         info: dict[str, float] = {}
@@ -233,6 +240,9 @@ class FeatureChangeTrainer:
     ) -> dict[str, float]:
         """Clustering of the analytic embedding of the current validation features and
         of the network's output on training and validation points."""
+        from basis import metrics
+        from basis.references import analytic_embedding
+
         features, spectral = self.features, self.spectral
         n_clusters = len(np.unique(result.val_labels))
         val_features = features.embed(images_val).cpu().numpy()

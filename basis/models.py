@@ -7,9 +7,6 @@ from torch import nn
 
 from basis.errors import InputError
 
-#: Hidden widths of the authors' 5-layer spectral network.
-HIDDEN_WIDTHS = (256, 512, 512, 256)
-
 
 class SpectralMLP(nn.Module):
     """Fully connected net d -> hidden... -> K with ReLU in between and a linear output.
@@ -20,9 +17,7 @@ class SpectralMLP(nn.Module):
     SpecNet2's post-processing matrix O. It is a buffer, so it is saved with the model.
     """
 
-    def __init__(
-        self, in_dim: int, out_dim: int, hidden: tuple[int, ...] = HIDDEN_WIDTHS, output_activation: str | None = None
-    ):
+    def __init__(self, in_dim: int, out_dim: int, hidden: tuple[int, ...], output_activation: str | None = None):
         super().__init__()
         if output_activation not in (None, "tanh"):
             raise InputError(f"output_activation must be None or 'tanh', got {output_activation!r}")

@@ -18,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from basis.catalog import DATASET_LABELS, METHOD_LABELS
+from basis.estimators.parameters import PAPER_METHODS
 from basis.paper import (
     MEASURES,
     NOT_A_DISTANCE,
@@ -144,7 +145,7 @@ def table1_html(
     datasets = list(summary.index.get_level_values(0).unique())
     ran = [d for d in DATASET_LABELS if d in datasets]
     methods = list(dict.fromkeys([*(m for m in METHOD_LABELS if any(m == r for _, r in summary.index))]))
-    methods = methods or ["diffusion_net", "specnet1", "specnet2", "basis"]
+    methods = methods or list(PAPER_METHODS)
     head = "".join(f"<th>{DATASET_LABELS[d]}</th>" for d in DATASET_LABELS)
     rows = [f"<table class='table1'><thead><tr><th>measure</th><th>method</th>{head}</tr></thead><tbody>"]
     for measure in MEASURES:

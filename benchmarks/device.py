@@ -30,6 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from basis.estimators.parameters import PAPER_METHODS
 from benchmarks.common import ROOT, no_arguments
 
 
@@ -221,7 +222,7 @@ def write_standin_features(path: Path, n_train: int, n_test: int, dataset: str =
 
 def _scale_table1(summary: Summary, device: str) -> None:
     out, seeds = summary.out, os.environ.get("SEEDS", "0 1 2 3 4 5 6 7 8 9").split()
-    methods = os.environ.get("METHODS", "basis diffusion_net specnet1 specnet2").split()
+    methods = os.environ.get("METHODS", " ".join(PAPER_METHODS)).split()
     together, n_iter = os.environ.get("TOGETHER", "auto"), os.environ.get("N_ITER", "1000")
     try:
         write_standin_features(
@@ -434,7 +435,7 @@ def scale(args: argparse.Namespace) -> int:
     device = os.environ.get("DEVICE", "cuda")
     settings = {
         "n_points": os.environ.get("N_POINTS", "10000 30000 100000 300000 1000000").split(),
-        "methods": os.environ.get("METHODS", "basis diffusion_net specnet1 specnet2 exact").split(),
+        "methods": os.environ.get("METHODS", " ".join([*PAPER_METHODS, "exact"])).split(),
     }
     if device != "cpu":
         summary.say(_smi("name,memory.total"))

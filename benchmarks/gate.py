@@ -22,6 +22,8 @@ import time
 import traceback
 from pathlib import Path
 
+from basis.estimators.parameters import PAPER_METHODS
+
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = (0, 1)
 
@@ -58,7 +60,7 @@ class Gate:
         target = devices.resolve_device(self.device)
         mode = "CUDA side emulated on CPU tensors" if devices.emulated() else devices.device_name(target)
         self.report("device", "PASS", f"{mode}, torch {torch.__version__}")
-        for method in ("basis", "diffusion_net", "specnet1", "specnet2"):
+        for method in PAPER_METHODS:
             self.check(f"together_{method}", lambda method=method: self.together(method))
         self.check("float32_solve", self.float32_solve)
         self.check("cuda_graphs", self.cuda_graphs)
@@ -175,7 +177,7 @@ class Gate:
         import numpy as np
         import yaml
 
-        from basis.catalog import study_names, study_parameters, study_runs
+        from basis.plan.registry import study_names, study_parameters, study_runs
         from basis.studies import study_function
 
         config = yaml.safe_load((ROOT / "tests/configs/tiny.yaml").read_text())

@@ -117,7 +117,7 @@ class _one_thread:
 def test_every_study_runs_on_the_cuda_side(tmp_path):
     """Each study of the tiny test config, run as its job runs it, on the emulated CUDA
     side (the variants study on a Siamese-like features file)."""
-    from basis.catalog import study_names, study_parameters, study_runs
+    from basis.plan.registry import study_names, study_parameters, study_runs
     from basis.studies import study_function
 
     X, y = siamese_like(n=1500, classes=10)

@@ -11,6 +11,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from basis.data.toy_sets import three_moons
 from basis.estimators import METHODS, BASiS, DiffusionNet, SpecNet2, SpectralEstimator, SpectralNet, register
+from basis.estimators.parameters import DECLARED
 
 SMALL = dict(batch_size=8, n_iter=2, hidden=(16, 16), graph={"n_neighbors": 3, "scale_neighbor": 2}, device="cpu")
 
@@ -78,7 +79,7 @@ def test_a_new_method_is_one_class_that_joins_the_registry():
         with pytest.raises(ValueError, match="taken"):
             register("mean_target")(MeanTarget)
     finally:
-        del METHODS["mean_target"]
+        del DECLARED["mean_target"]
 
 
 def test_a_loop_of_ones_own_through_the_public_step_api_equals_fit():

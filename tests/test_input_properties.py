@@ -15,9 +15,9 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from basis.catalog import check_study_settings, study_names, study_parameters
 from basis.cli import launcher
 from basis.errors import InputError
+from basis.plan.registry import check_study_settings, study_names, study_parameters
 from basis.runtime.stores import check_tracking_uri
 
 #: Every family draws this many members per run of the suite (a fixed seed: the same ones).

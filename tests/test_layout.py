@@ -2,6 +2,7 @@
 modules of a readable length."""
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "basis"
@@ -45,8 +46,12 @@ def _imports() -> dict[str, set[str]]:
     return graph
 
 
+#: A package's torch-free declarations, read by the catalog: a floor of their own below it.
+DECLARATIONS = {"basis.estimators.parameters": "declarations"}
+
+
 def _part(module: str) -> str:
-    return module.split(".")[1] if "." in module else ""
+    return DECLARATIONS.get(module) or (module.split(".")[1] if "." in module else "")
 
 
 def test_no_import_runs_in_a_circle():
@@ -121,8 +126,10 @@ def test_only_the_runtime_decides_on_the_device():
 #: The package's floors, lowest first: a module imports only from its own floor or below.
 FLOORS = (
     "errors",
+    "choices",
     "runtime",
     "graph",
+    "declarations",
     "catalog",
     "spectral",
     "alignment",
@@ -136,6 +143,7 @@ FLOORS = (
     "experiment",
     "changing_features",
     "studies",
+    "plan",
     "paper",
     "verdicts",
     "report",
@@ -194,3 +202,34 @@ def test_no_function_is_longer_than_the_limit():
                 if n > MAX_FUNCTION_LINES:
                     long[f"{path.relative_to(ROOT.parent)}:{node.name}"] = n
     assert long == {}
+
+
+#: Hand-written lists of method names allowed besides the declarations: the scale study's
+#: choices (its networks and its other curves, read as a ``Literal`` from its source).
+METHOD_LIST_EXCEPTIONS = {"basis/studies/scale.py"}
+
+
+def test_the_method_names_are_written_in_one_list():
+    """Every list of methods is derived from the declarations
+    (:mod:`basis.estimators.parameters`): a second hand-written one (two method names or more
+    in one literal, BASiS's aside) in the package, the rules, the schema or the benchmarks fails here."""
+    from basis.estimators.parameters import DECLARED
+
+    names = set(DECLARED) - {"basis"}  # also the package's name: "python -m basis"
+    found = []
+    sources = [*ROOT.rglob("*.py"), *ROOT.parent.glob("workflow/**/*.py"), *ROOT.parent.glob("benchmarks/*.py")]
+    for path in sorted(sources):
+        relative = str(path.relative_to(ROOT.parent))
+        if relative in ("basis/estimators/parameters.py", *METHOD_LIST_EXCEPTIONS):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            items = node.elts if isinstance(node, ast.Tuple | ast.List | ast.Set) else []
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                items = [ast.Constant(word) for word in node.value.split()]  # "basis specnet2"
+            if sum(isinstance(i, ast.Constant) and i.value in names for i in items) >= 2:
+                found.append(f"{relative}:{node.lineno}")
+    for path in sorted(ROOT.parent.glob("workflow/**/*.smk")) + sorted(ROOT.parent.glob("workflow/schemas/*.yaml")):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if len(names & set(re.findall(r"\w+", line))) >= 2:
+                found.append(f"{path.relative_to(ROOT.parent)}:{number}")
+    assert found == []

@@ -1,4 +1,4 @@
-"""The import-light catalog and settings agree with the library they describe."""
+"""The import-light catalog, settings and plan agree with the library they describe."""
 
 import inspect
 import json
@@ -9,41 +9,52 @@ from pathlib import Path
 import pytest
 
 from basis import catalog
-from basis.catalog.annotations import matches_annotation
 from basis.catalog.settings import resolve_settings
 from basis.changing_features import FeatureChangeTrainer
+from basis.choices import matches_annotation
 from basis.data.toy_sets import TOY_SETS
 from basis.errors import InputError
 from basis.estimators import METHODS
+from basis.plan import registry as plan
+from basis.plan import versions
 from basis.studies import study_function, study_module
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_the_catalog_read_from_source_matches_the_imported_code():
+def test_the_declarations_read_without_torch_match_the_imported_code():
     assert catalog.method_names() == sorted(METHODS)
     for name, cls in METHODS.items():
         assert list(catalog.method_parameters(name)) == cls.parameter_names()
+        assert catalog.method_defaults(name) == {
+            key: value for key, value in cls().get_params().items() if key in catalog.method_defaults(name)
+        }
     modules = sorted(
-        path.stem for path in (ROOT / "basis" / "studies").glob("*.py") if path.stem not in catalog.STUDY_HELPERS
+        path.stem
+        for path in (ROOT / "basis" / "studies").glob("*.py")
+        if path.stem not in (*plan.STUDY_HELPERS, "__init__")
     )
-    assert sorted(catalog.study_names()) == modules
-    for name in catalog.study_names():
-        assert catalog.study_declaration(name) == study_module(name).STUDY  # read from source == imported
+    assert sorted(plan.study_names()) == modules
+    for name in plan.study_names():
+        assert plan.study_declaration(name) is study_module(name).STUDY
         function = study_function(name)
         own = [p for p in inspect.signature(function).parameters.values() if p.kind is not p.VAR_KEYWORD]
         expected = [p.name for p in own]
         if len(own) < len(inspect.signature(function).parameters):  # **settings go to the trainer
             passed_on = inspect.signature(FeatureChangeTrainer).parameters
             expected += [p for p in passed_on if p not in (*catalog.RUN_PARAMETERS, *expected)]
-        assert catalog.study_parameters(name, include_common=True) == expected
+        assert plan.study_parameters(name, include_common=True) == expected
     assert catalog.TOY_SETS == tuple(TOY_SETS)
 
 
-def test_the_catalog_and_settings_import_neither_torch_nor_mlflow():
+def test_the_catalog_settings_and_plan_import_neither_torch_nor_mlflow_nor_matplotlib():
+    """What a dry run imports: the declarations of every method and study included."""
     code = (
         "import sys, basis.catalog, basis.catalog.settings, basis.tracking;"
-        " print(sorted({'torch', 'mlflow'} & set(sys.modules)))"
+        " import basis.plan.workflow_config, basis.plan.versions;"
+        " from basis.plan.registry import study_names, study_annotations;"
+        " [study_annotations(name) for name in study_names()];"
+        " print(sorted({'torch', 'mlflow', 'matplotlib'} & set(sys.modules)))"
     )
     assert (
         subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "[]"
@@ -73,14 +84,14 @@ def test_values_are_checked_against_the_annotations(value, annotation, fits):
 
 
 def test_code_versions_keep_methods_apart():
-    before = {m: catalog.code_version([m]) for m in catalog.method_names()}
-    modules = {m: catalog._method_files()[m] for m in before}
+    before = {m: versions.code_version([m]) for m in catalog.method_names()}
+    modules = {m: versions._method_files()[m] for m in before}
     for m in before:  # each method's own module counts; methods of one module share it
         assert [n for n in before if before[n] == before[m]] == [n for n in before if modules[n] == modules[m]]
     assert before["specnet1_published"] == before["specnet1_published_paper_graph"] != before["specnet1"]
-    assert catalog.code_version(presentation=True) != catalog.code_version()
+    assert versions.code_version(presentation=True) != versions.code_version()
     with pytest.raises(InputError, match="unknown method"):
-        catalog.code_version(["specnet3"])
+        versions.code_version(["specnet3"])
 
 
 def test_settings_name_the_unknown_key_and_the_valid_ones():
@@ -97,10 +108,10 @@ def test_a_study_edit_reruns_what_it_touches(tmp_path):
 
     shutil.copytree(ROOT / "basis", tmp_path / "basis", ignore=shutil.ignore_patterns("__pycache__"))
     probe = (
-        "import json; from basis import catalog;"
-        " print(json.dumps({**{n: catalog.code_version(study=n) for n in catalog.study_names()},"
-        " 'presentation': catalog.code_version(presentation=True), 'runs': catalog.code_version(['basis']),"
-        " 'specnet2_runs': catalog.code_version(['specnet2'])}))"
+        "import json; from basis.plan.registry import study_names; from basis.plan.versions import code_version;"
+        " print(json.dumps({**{n: code_version(study=n) for n in study_names()},"
+        " 'presentation': code_version(presentation=True), 'runs': code_version(['basis']),"
+        " 'specnet2_runs': code_version(['specnet2'])}))"
     )
 
     def versions():
@@ -142,4 +153,4 @@ def test_study_modules_import_no_other_study_module():
     for path in (ROOT / "basis" / "studies").glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("basis.studies."):
-                assert node.module.split(".")[2] in catalog.STUDY_HELPERS, (path.name, node.module)
+                assert node.module.split(".")[2] in plan.STUDY_HELPERS, (path.name, node.module)

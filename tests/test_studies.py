@@ -304,7 +304,7 @@ def test_drawing_a_figure_imports_neither_torch_nor_scikit_learn():
     """A figure is a workflow job of its own: loading its draw function (what ``python -m
     basis figure`` does) must not pay torch's and scikit-learn's start-up, about 3 s of the
     4 s each figure job spent importing before the study modules imported lazily."""
-    from basis.catalog import study_declaration, study_names
+    from basis.plan.registry import study_declaration, study_names
 
     figures = [(study, f.name) for study in study_names() for f in study_declaration(study).figures]
     assert len(figures) >= 8, figures

@@ -13,16 +13,17 @@ import yaml
 from conftest import HANG_GUARD_S
 from snakemake.utils import validate
 
-from basis.catalog import FEATURE_SETS, TOY_SETS, method_names, study_names
+from basis.catalog import FEATURE_SETS, TOY_SETS, method_names
 from basis.catalog.data_sources import NAME_PATTERN, SOURCE_KEYS
 from basis.catalog.settings import REFERENCE_KEYS
-from basis.catalog.workflow_config import (
+from basis.errors import InputError
+from basis.plan.registry import study_names
+from basis.plan.workflow_config import (
     ablation_variants,
     check_workflow_config,
     method_assignments,
     protocol_assignments,
 )
-from basis.errors import InputError
 from basis.runtime.gpus import visible_gpu_count
 from basis.tracking import check_results_store
 
@@ -107,7 +108,7 @@ def test_a_missing_study_section_is_named():
 def test_the_checks_import_neither_torch_nor_snakemake():
     code = (
         "import sys, yaml\n"
-        "from basis.catalog.workflow_config import check_workflow_config\n"
+        "from basis.plan.workflow_config import check_workflow_config\n"
         "from basis.runtime.gpus import visible_gpu_count\n"
         "from basis.tracking import check_results_store\n"
         f"config = yaml.safe_load(open({str(ROOT / 'tests/configs/tiny.yaml')!r}))\n"
@@ -138,7 +139,16 @@ def test_the_schema_names_what_the_catalog_declares():
     """The schema's lists of names are the catalog's: a method or data set added to one and
     not the other fails here."""
     schema = yaml.safe_load(SCHEMA.read_text())["properties"]
-    assert schema["methods"]["propertyNames"]["enum"] == method_names()
+    # methods are the declarations' alone: the schema lists none, the parse refuses an unknown one
+    assert not any(name in SCHEMA.read_text() for name in ("specnet1_published", "diffusion_net"))
+    config = _config()
+    config["methods"]["spectral_clustering"] = {}
+    with pytest.raises(InputError, match="unknown method 'spectral_clustering'; valid: .*'basis'"):
+        check_workflow_config(config)
+    config = _config()
+    config["experiments"]["knn"]["methods"] = ["basis", "spectral_clustering"]
+    with pytest.raises(InputError, match=r"experiments.knn.methods \['spectral_clustering'\]"):
+        check_workflow_config(config)
     # the data sets a run takes: the feature sets and the toy sets (the bunny is its study's)
     catalog, own = schema["datasets"]["items"]["anyOf"]
     assert catalog["enum"] == [*FEATURE_SETS, *TOY_SETS]

@@ -417,13 +417,13 @@ def test_the_logged_model_is_the_model(workflow, monkeypatch):
 
 
 def test_the_report_shows_each_figure_with_the_caption_its_study_declares(workflow):
-    from basis import catalog
+    from basis.plan import registry as plan
 
     done = snakemake(workflow, "--report", "report.html")
     assert done.returncode == 0, done.stderr[-3000:]
     report = (workflow / "report.html").read_text()
-    for name in catalog.study_names():
-        for figure in catalog.study_declaration(name).figures:
+    for name in plan.study_names():
+        for figure in plan.study_declaration(name).figures:
             assert figure.caption[:30] in report, figure.name  # ASCII: the report escapes the rest
             if figure.table:  # its numbers too (fig9's and fig11's)
                 assert f"{figure.name}.table.html" in report, figure.name

@@ -9,7 +9,6 @@
 """
 
 from basis.alignment.affine import (
-    MAPS,
     MAX_GAIN,
     NOISE_RCOND,
     AlignmentResult,
@@ -26,11 +25,11 @@ from basis.alignment.ransac import global_transform, ransac_affine
 from basis.alignment.ransac_settings import RansacSettings
 from basis.alignment.search import (
     MAX_REFITS,
-    TOLERANCE_MODES,
     RansacSearch,
     hypotheses_needed,
     inlier_threshold,
 )
+from basis.choices import MAPS, TOLERANCE_MODES
 
 __all__ = [
     "MAPS",

@@ -63,11 +63,6 @@ def _homogeneous(phi: torch.Tensor) -> torch.Tensor:
     return torch.cat([phi, torch.ones_like(phi[..., :1])], dim=-1)
 
 
-#: The maps a batch can be aligned by: ``affine`` (the paper's, T in R^{K x (K+1)}) or
-#: ``linear`` (no translation, T in R^{K x K}; beyond the paper).
-MAPS = ("affine", "linear")
-
-
 def _design(phi: torch.Tensor, linear: bool) -> torch.Tensor:
     """The rows a map multiplies: [phi, 1] for an affine map, phi for a linear one."""
     return phi if linear else _homogeneous(phi)

@@ -5,10 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from basis.alignment.affine import MAX_GAIN, NOISE_RCOND, anchors_needed
+from basis.choices import TOLERANCE_MODES
 from basis.errors import InputError
-
-#: How the inlier tolerance is read (see :func:`basis.alignment.inlier_threshold`).
-TOLERANCE_MODES = ("relative", "absolute")
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,8 @@ from basis.alignment.affine import (
     anchors_needed,
     rms_row_norm,
 )
-from basis.alignment.ransac_settings import RANSAC_DEFAULTS, TOLERANCE_MODES, RansacSettings
+from basis.alignment.ransac_settings import RANSAC_DEFAULTS, RansacSettings
+from basis.choices import TOLERANCE_MODES
 from basis.errors import InputError
 from basis.runtime import device as devices
 

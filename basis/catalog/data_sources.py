@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from basis.catalog import DATASETS, TEST_FRACTION
+from basis.catalog import DATASETS, FEATURE_SETS, TEST_FRACTION
 from basis.errors import InputError
 
 #: The table formats, by suffix (:mod:`basis.data.feature_tables` reads them).
@@ -200,6 +200,13 @@ def data_source(name: str, declaration: Mapping[str, Any], where: str | None = N
             f" ({'--label-column' if flags else 'label_column'})"
         )
     return source
+
+
+def through_siamese_features(dataset: str | None, source: DataSource | None = None) -> bool:
+    """Whether runs on ``dataset`` embed its Siamese features rather than its raw points:
+    the catalog's image sets and digits (:data:`~basis.catalog.FEATURE_SETS`), and image
+    folders of one's own (``source``, its declaration)."""
+    return dataset in FEATURE_SETS or (source is not None and source.is_images)
 
 
 def data_sources(config: Mapping[str, Any]) -> dict[str, DataSource]:

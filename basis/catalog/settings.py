@@ -22,8 +22,9 @@ from basis.catalog import (
     seeds_apart_when,
     seeds_never_together,
 )
-from basis.catalog.annotations import check_value
+from basis.choices import check_value
 from basis.errors import InputError
+from basis.estimators.parameters import COUNT, DECLARED, POSITIVE, Interval, check_parameters
 from basis.graph.config import GraphConfig, check_choice
 
 #: Protocol keys that are not an estimator's parameters (how a run is evaluated, and the K
@@ -62,69 +63,33 @@ PROTOCOL: dict[str, Any] = {
 TOY_OVERRIDES: dict[str, Any] = {"graph": {"n_neighbors": 15, "scale": "global"}, "lr": 1e-3}
 
 
-def _at_least(low: float) -> tuple:
-    return (lambda value: value >= low), f">= {low:g}"
-
-
-def _within(low: float, high: float, *, closed_low: bool) -> tuple:
-    bracket = "[" if closed_low else "("
-    test = (lambda v: low <= v < high) if closed_low else (lambda v: low < v < high)
-    return test, f"in {bracket}{low:g}, {high:g})"
-
-
-_POSITIVE = ((lambda value: value > 0), "> 0")
-
-#: The ranges of numeric settings, wherever they are set (the command line, a config's
-#: ``protocol`` and ``methods`` sections, an estimator's parameters): checked by
-#: :func:`check_ranges` at parse time, before any data is read. Ranges that depend on the
-#: data (batch size against the training set, anchors against a class) are checked by
-#: the estimator's ``check_input`` before training.
-RANGES: dict[str, tuple] = {
-    "n_iter": _at_least(1),
-    "batch_size": _at_least(2),
-    "n_components": _at_least(1),
-    # Adam's step: at 1 or more every weight moves by its whole size per step
-    "lr": ((lambda value: 0 < value < 1), "in (0, 1)"),
-    "diffusion_time": _POSITIVE,
-    "eval.kmeans_n_init": _at_least(1),
-    "eval.probe_C": _POSITIVE,
-    "eval.probe_max_iter": _at_least(1),
-    "eval.authors_probe_epochs": _at_least(1),
-    "eval.authors_probe_lr": _POSITIVE,
-    "eval.authors_probe_batch_size": _at_least(1),
-    # BASiS
-    "anchors_per_class": _at_least(1),
-    "n_anchors": _at_least(1),
-    "anchor_outliers": _within(0, 1, closed_low=True),
-    "ransac_iter": _at_least(1),
-    "ransac_max_iter": _at_least(1),
-    "ransac_confidence": _within(0, 1, closed_low=False),
-    "ransac_sample_size": _at_least(1),
-    "ransac_tolerance": _POSITIVE,
-    "average_tail": _within(0, 1, closed_low=True),
+#: The ranges of the evaluation settings (``eval.*``), whose types are their defaults' in
+#: :data:`PROTOCOL`; a method's parameters declare theirs (:mod:`basis.estimators.parameters`).
+EVAL_RANGES: dict[str, Interval] = {
+    "kmeans_n_init": COUNT,
+    "probe_C": POSITIVE,
+    "probe_max_iter": COUNT,
+    "authors_probe_epochs": COUNT,
+    "authors_probe_lr": POSITIVE,
+    "authors_probe_batch_size": COUNT,
 }
 
 
-def check_ranges(settings: dict[str, Any]) -> None:
-    """An InputError naming the first setting outside its range (:data:`RANGES`); nested
-    ``eval`` keys are looked up as ``eval.<key>``. Values that are None (a default to be
-    resolved later) pass."""
-    flat = {**settings, **{f"eval.{k}": v for k, v in (settings.get("eval") or {}).items()}}
-    for key, value in flat.items():  # inf and nan pass every comparison's other side
+def check_protocol(method: str, settings: dict[str, Any]) -> None:
+    """A run's settings, checked at parse time before any data is read: the method's
+    parameters by their declaration (:func:`basis.estimators.parameters.check_parameters`,
+    as ``fit`` checks them) and the ``eval`` settings by :data:`EVAL_RANGES`; an InputError
+    naming the first at fault. ``n_components`` None (as many as the data has classes)
+    passes. Ranges that depend on the data (batch size against the training set, anchors
+    against a class) are checked by the estimator's ``check_input`` before training."""
+    for key, value in (settings.get("eval") or {}).items():
         if isinstance(value, float) and not math.isfinite(value):
-            raise InputError(f"{key}={value!r} is not a finite number")
-    hidden = flat.get("hidden")
-    if isinstance(hidden, (list, tuple)) and not all(isinstance(w, int) and w >= 1 for w in hidden):
-        raise InputError(f"hidden={list(hidden)!r} is out of range: expected layer widths >= 1")
-    for key, (test, expected) in RANGES.items():
-        value = flat.get(key)
-        if value is not None and not isinstance(value, bool) and not test(value):
-            raise InputError(f"{key}={value!r} is out of range: expected {expected}")
-    if flat.get("ransac_iter", 1) > flat.get("ransac_max_iter", float("inf")):
-        raise InputError(
-            f"ransac_iter={flat['ransac_iter']} exceeds ransac_max_iter={flat['ransac_max_iter']}:"
-            " the first round cannot be larger than the cap"
-        )
+            raise InputError(f"eval.{key}={value!r} is not a finite number")
+        if not isinstance(value, bool) and value not in EVAL_RANGES[key]:
+            raise InputError(f"eval.{key}={value!r} is out of range: expected {EVAL_RANGES[key]}")
+    parameters = set(method_parameters(method))
+    given = {k: v for k, v in settings.items() if k in parameters and not (k == "n_components" and v is None)}
+    check_parameters(DECLARED[method], given)
 
 
 def check_config_schema(
@@ -308,7 +273,7 @@ def resolve_settings(
     # Checked early, and in its recorded form (neighbour-search fields at their default left out).
     settings["graph"] = GraphConfig.from_dict(settings["graph"]).to_dict()
     check_choice("evaluation", settings["evaluation"], EVALUATIONS)
-    check_ranges(settings)
+    check_protocol(method, settings)
     return settings
 
 

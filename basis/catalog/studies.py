@@ -51,6 +51,8 @@ class Study:
     figures: the figures drawn from its runs.
     claims: function of the module, ``claims({run: metrics}) -> rows`` for the comparison.
     gpu: whether its jobs train on the GPU (they claim one of the workflow's GPU slots).
+    settings_to: where a ``**settings`` catch-all of the study function goes
+        (``"module:Class"``): that class's parameters are the study's settings too.
     """
 
     function: str
@@ -58,3 +60,4 @@ class Study:
     figures: tuple[Figure, ...] = field(default_factory=tuple)
     claims: str | None = None
     gpu: bool = False
+    settings_to: str | None = None

@@ -249,7 +249,7 @@ def cmd_features(args: argparse.Namespace) -> int:
 
 
 def cmd_study(args: argparse.Namespace) -> int:
-    from basis.catalog import check_study_settings, study_parameters
+    from basis.plan.registry import check_study_settings, study_parameters
 
     options = _options(args.set, study_parameters(args.name), f"study {args.name!r}")
     runs = _study_runs(args, options)
@@ -284,7 +284,8 @@ def _declared_sources(paths: list[str]) -> dict:
 
 def _take_source(study: str, options: dict, declared: dict) -> None:
     """A run's data set of one's own into its options (``data_source``), or a refusal."""
-    from basis.catalog import DATASETS, study_parameters
+    from basis.catalog import DATASETS
+    from basis.plan.registry import study_parameters
 
     dataset = options.get("dataset")
     if dataset is None or dataset in DATASETS:
@@ -303,7 +304,7 @@ def _study_runs(args: argparse.Namespace, options: dict) -> dict[str | None, tup
     set (``{dataset}`` in ``--out`` becomes its name), else the one run ``--set`` describes."""
     if args.datasets is None:
         return {None: (options, args.out)}
-    from basis.catalog import study_declaration
+    from basis.plan.registry import study_declaration
 
     if study_declaration(args.name).runs != "datasets":
         raise InputError(f"--datasets: study {args.name!r} does not run per data set; give its settings with --set")
@@ -319,7 +320,7 @@ def _study_runs(args: argparse.Namespace, options: dict) -> dict[str | None, tup
 def _study_run(args: argparse.Namespace, options: dict, out: str) -> dict:
     """One run of ``study``: compute, write ``out`` and, if tracked, log it as its own MLflow
     run; returns what ``study`` prints for it."""
-    from basis.catalog import study_parameters
+    from basis.plan.registry import study_parameters
     from basis.studies import save_study, study_function
 
     study = study_function(args.name)
@@ -352,7 +353,7 @@ def _study_run(args: argparse.Namespace, options: dict, out: str) -> dict:
 
 
 def cmd_figure(args: argparse.Namespace) -> int:
-    from basis.catalog import study_declaration, study_names
+    from basis.plan.registry import study_declaration, study_names
 
     figures = {f.name: (name, f) for name in study_names() for f in study_declaration(name).figures}
     if args.name not in figures:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 
 from basis.catalog import DATASETS, SPARSE_SOLVERS, STEP_DATA, TEST_FRACTION, method_names
-from basis.catalog.workflow_config import ablation_variants
 from basis.cli.commands import (
     WARMUP_STEPS,
     cmd_bench,
@@ -22,6 +21,7 @@ from basis.cli.commands import (
 )
 from basis.cli.run import cmd_run
 from basis.graph.config import NEIGHBOR_BACKENDS
+from basis.plan.workflow_config import ablation_variants
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -1,8 +1,10 @@
 """What every learned spectral embedding shares: parameters, the training loop, the
 public step API, inference, persistence and the registry the methods join.
 
-A method is a subclass of :class:`SpectralEstimator` that joins the registry with
-``@register("name")`` and supplies its hooks: ``_prepare`` (set-up before the first
+A method is declared by its parameters class (:mod:`basis.estimators.parameters`, which
+names the estimator class) and computed by a subclass of both that class and
+:class:`SpectralEstimator` (a user's estimator joins in process with ``@register("name")``),
+which supplies its hooks: ``_prepare`` (set-up before the first
 step), ``_next_batch`` (everything about a batch that does not need the network),
 ``_batch_loss`` (its loss on that batch) and, where it has one, ``_finish``
 (post-processing). :meth:`SpectralEstimator.fit` runs the loop; a loop of one's own
@@ -13,10 +15,10 @@ step), ``_next_batch`` (everything about a batch that does not need the network)
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from importlib import import_module
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import torch
@@ -24,31 +26,47 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import check_array
 
-from basis.catalog.settings import check_ranges
 from basis.errors import InputError
-from basis.estimators.training import FeaturesOf, StepCallback, StepTimer, TrainingLoop
+from basis.estimators.parameters import DECLARED, SpectralParameters, check_parameters, declare
+from basis.estimators.training import FeaturesOf, StepTimer, TrainingLoop
 from basis.graph import GraphConfig
-from basis.models import HIDDEN_WIDTHS, SpectralMLP
+from basis.models import SpectralMLP
 from basis.runtime.capture import CapturedSegment
 from basis.runtime.device import resolve_device, side_stream
 from basis.runtime.inputs import load_checkpoint
 from basis.runtime.optim import adam_for
 from basis.runtime.outputs import atomic_path
-from basis.spectral import OPERATORS
-
-#: Method name -> estimator class; each method module joins it with :func:`register`.
-METHODS: dict[str, type[SpectralEstimator]] = {}
 
 
-def register(name: str) -> Callable[[type[SpectralEstimator]], type[SpectralEstimator]]:
-    """Class decorator: make a method available by ``name`` (CLI, config, checkpoints)."""
+class _Methods(Mapping):
+    """Method name -> estimator class: the declared methods
+    (:data:`basis.estimators.parameters.DECLARED`), each module imported on first use."""
+
+    def __getitem__(self, name: str) -> type[SpectralEstimator]:
+        declared = DECLARED[name]
+        if issubclass(declared, SpectralEstimator):  # registered in process (:func:`register`)
+            return declared
+        module, class_name = declared.estimator.split(":")
+        return getattr(import_module(module), class_name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(DECLARED)
+
+    def __len__(self) -> int:
+        return len(DECLARED)
+
+
+#: Method name -> estimator class.
+METHODS: Mapping[str, type[SpectralEstimator]] = _Methods()
+
+
+def register(name: str, *, label: str | None = None) -> Callable[[type[SpectralEstimator]], type[SpectralEstimator]]:
+    """Class decorator: make an estimator defined outside :mod:`basis.estimators.parameters`
+    (a user's, in a notebook) available by ``name`` in this process: the CLI's runs,
+    :func:`make_estimator` and checkpoints."""
 
     def join(cls: type[SpectralEstimator]) -> type[SpectralEstimator]:
-        if name in METHODS:
-            raise InputError(f"method name {name!r} is taken by {METHODS[name].__name__}")
-        cls.method_name = name
-        METHODS[name] = cls
-        return cls
+        return declare(name, label=label or name, estimator=f"{cls.__module__}:{cls.__qualname__}")(cls)
 
     return join
 
@@ -67,7 +85,7 @@ def make_estimator(method: str, **params: Any) -> SpectralEstimator:
 
 def default_parameter(method: str, name: str) -> Any:
     """The default of ``method``'s parameter ``name`` (its ``__init__``'s)."""
-    return inspect.signature(METHODS[method]).parameters[name].default
+    return DECLARED[method].defaults()[name]
 
 
 def check_features(X: Any, name: str = "X") -> np.ndarray:
@@ -80,7 +98,7 @@ def check_features(X: Any, name: str = "X") -> np.ndarray:
     return X
 
 
-class SpectralEstimator(TrainingLoop, TransformerMixin, BaseEstimator):
+class SpectralEstimator(SpectralParameters, TrainingLoop, TransformerMixin, BaseEstimator):
     """Common parameters, training loop, inference and persistence.
 
     Parameters
@@ -119,51 +137,7 @@ class SpectralEstimator(TrainingLoop, TransformerMixin, BaseEstimator):
         device, ``n_features_in_`` the input dimension, ``loss_curve_`` the loss per step.
     """
 
-    #: The registry name, set by :func:`register`.
-    method_name: ClassVar[str]
-
-    def __init__(
-        self,
-        n_components: int = 10,
-        *,
-        graph: GraphConfig | dict | None = None,
-        operator: str = "normalized",
-        drop_trivial: bool = False,
-        diffusion_time: float = 1.0,
-        batch_size: int = 512,
-        n_iter: int = 1000,
-        lr: float = 1e-4,
-        hidden: tuple[int, ...] = HIDDEN_WIDTHS,
-        device: str = "auto",
-        seed: int = 0,
-        callback: StepCallback | None = None,
-    ):
-        self.n_components = n_components
-        self.graph = graph
-        self.operator = operator
-        self.drop_trivial = drop_trivial
-        self.diffusion_time = diffusion_time
-        self.batch_size = batch_size
-        self.n_iter = n_iter
-        self.lr = lr
-        self.hidden = hidden
-        self.device = device
-        self.seed = seed
-        self.callback = callback
-
     # -- parameters -------------------------------------------------------------------
-    @classmethod
-    def parameter_names(cls) -> list[str]:
-        """Every constructor parameter, the subclass's and those it passes on (``**common``)."""
-        names: list[str] = []
-        for klass in reversed(cls.__mro__):
-            if "__init__" in vars(klass) and issubclass(klass, SpectralEstimator):
-                for p in inspect.signature(klass.__init__).parameters.values():
-                    if p.kind is p.KEYWORD_ONLY or (p.kind is p.POSITIONAL_OR_KEYWORD and p.name != "self"):
-                        if p.name not in names:
-                            names.append(p.name)
-        return sorted(names)
-
     @classmethod
     def _get_param_names(cls) -> list[str]:
         # scikit-learn's get_params, set_params and clone read the parameters from here;
@@ -185,14 +159,8 @@ class SpectralEstimator(TrainingLoop, TransformerMixin, BaseEstimator):
         self.hidden_ = tuple(int(width) for width in self.hidden)
 
     def _validate(self, n_samples: int) -> None:
+        check_parameters(type(self), self.get_params(deep=False))
         self._resolve()
-        if self.operator not in OPERATORS:
-            raise InputError(f"operator must be one of {list(OPERATORS)}, got {self.operator!r}")
-        for name in ("n_components", "batch_size", "n_iter"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-                raise InputError(f"{name} must be an integer, got {value!r}")
-        check_ranges(self.get_params(deep=False))
         if self.batch_size > n_samples:
             raise InputError(
                 f"batch_size={self.batch_size} exceeds the number of training points (n_samples={n_samples})"
@@ -303,12 +271,6 @@ class SpectralEstimator(TrainingLoop, TransformerMixin, BaseEstimator):
         and has :meth:`~basis.models.SpectralMLP.weight_matrices`. A method that supplies
         it can train its seeds together (:func:`basis.estimators.together.fit_together`)."""
         raise NotImplementedError
-
-    #: Settings with which a method's seeds cannot train together, and why: parameter ->
-    #: (value, why), a literal (the catalog reads it from the source for a dry run's checks).
-    SEEDS_APART_WHEN: ClassVar[dict[str, tuple[Any, str]]] = {}
-    #: Why a method's seeds never train together whatever its settings, or None (a literal too).
-    SEEDS_NEVER_TOGETHER: ClassVar[str | None] = None
 
     def _why_not_together(self) -> str | None:
         """Why this estimator's seeds cannot train together, or None where they can: a

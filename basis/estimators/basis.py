@@ -10,22 +10,18 @@ import numpy as np
 import torch
 
 from basis.alignment import (
-    MAPS,
-    TOLERANCE_MODES,
     anchors_needed,
     apply_affine,
 )
-from basis.catalog import ALIGNMENTS
 from basis.errors import InputError
-from basis.estimators.base import SpectralEstimator, register
+from basis.estimators.base import SpectralEstimator
+from basis.estimators.parameters import BASiSParameters
 from basis.estimators.targets import BatchTargets
 from basis.estimators.training import FeaturesOf, StepTimer
 from basis.runtime import device as devices
 from basis.runtime.capture import CapturedSegment, SegmentedCapture
 from basis.spectral import SubspaceEigensolver, count_roots
 
-#: ``eigensolver`` values: how the batches that are aligned are solved.
-EIGENSOLVERS = ("auto", "exact", "subspace")
 log = logging.getLogger(__name__)
 
 
@@ -33,8 +29,7 @@ log = logging.getLogger(__name__)
 AUTHORS_SAMPLE_SIZE = 20
 
 
-@register("basis")
-class BASiS(BatchTargets, SpectralEstimator):
+class BASiS(BASiSParameters, BatchTargets, SpectralEstimator):
     """Batch Aligned Spectral Embedding Space (Algorithm 1).
 
     After ``fit``: ``anchor_indices_``, ``reference_indices_`` and
@@ -134,78 +129,6 @@ class BASiS(BatchTargets, SpectralEstimator):
     PROCRUSTES_PASSES = 2
 
     MAX_REDRAWS = 20
-
-    def __init__(
-        self,
-        n_components: int = 10,
-        *,
-        anchors: str = "stratified",
-        anchors_per_class: int = 25,
-        n_anchors: int = 250,
-        anchor_indices: list[int] | None = None,
-        alignment: str = "ransac",
-        anchor_outliers: float = 0.0,
-        ransac_iter: int = 100,
-        ransac_max_iter: int = 5000,
-        ransac_confidence: float = 0.99,
-        ransac_sample_size: int | None = None,
-        ransac_tolerance: float = 0.25,
-        ransac_tolerance_mode: str = "relative",
-        ransac_sampling: str = "stratified",
-        alignment_map: str = "affine",
-        reference: str = "first_batch",
-        reference_batches: int = 10,
-        eigensolver: str = "auto",
-        cuda_graphs: bool = False,
-        average_tail: float = 0.0,
-        **common: Any,
-    ):
-        super().__init__(n_components, **common)
-        self.anchors = anchors
-        self.anchors_per_class = anchors_per_class
-        self.n_anchors = n_anchors
-        self.anchor_indices = anchor_indices
-        self.alignment = alignment
-        self.anchor_outliers = anchor_outliers
-        self.ransac_iter = ransac_iter
-        self.ransac_max_iter = ransac_max_iter
-        self.ransac_confidence = ransac_confidence
-        self.ransac_sample_size = ransac_sample_size
-        self.ransac_tolerance = ransac_tolerance
-        self.ransac_tolerance_mode = ransac_tolerance_mode
-        self.ransac_sampling = ransac_sampling
-        self.alignment_map = alignment_map
-        self.reference = reference
-        self.reference_batches = reference_batches
-        self.eigensolver = eigensolver
-        self.cuda_graphs = cuda_graphs
-        self.average_tail = average_tail
-
-    def _validate(self, n_samples: int) -> None:
-        super()._validate(n_samples)
-        if self.anchors not in ("stratified", "random"):
-            raise InputError(f"anchors must be 'stratified' or 'random', got {self.anchors!r}")
-        if self.alignment not in ALIGNMENTS:
-            raise InputError(f"alignment must be one of {list(ALIGNMENTS)}, got {self.alignment!r}")
-        if self.alignment_map not in MAPS:
-            raise InputError(f"alignment_map must be one of {list(MAPS)}, got {self.alignment_map!r}")
-        if self.reference not in ("first_batch", "mean"):
-            raise InputError(f"reference must be 'first_batch' or 'mean', got {self.reference!r}")
-        if self.reference == "mean" and (self.alignment == "none" or self.reference_batches < 2):
-            raise InputError(
-                "reference='mean' averages aligned batches: it needs an alignment other than 'none' and"
-                f" reference_batches >= 2, got alignment={self.alignment!r}, reference_batches={self.reference_batches}"
-            )
-        if not isinstance(self.cuda_graphs, (bool, np.bool_)):
-            raise InputError(f"cuda_graphs must be true or false, got {self.cuda_graphs!r}")
-        if self.eigensolver not in EIGENSOLVERS:
-            raise InputError(f"eigensolver must be one of {list(EIGENSOLVERS)}, got {self.eigensolver!r}")
-        if self.ransac_tolerance_mode not in TOLERANCE_MODES:
-            raise InputError(
-                f"ransac_tolerance_mode must be one of {list(TOLERANCE_MODES)}, got {self.ransac_tolerance_mode!r}"
-            )
-        if self.ransac_sampling not in ("stratified", "uniform"):
-            raise InputError(f"ransac_sampling must be 'stratified' or 'uniform', got {self.ransac_sampling!r}")
 
     def check_input(self, X: Any, y: Any = None) -> tuple[np.ndarray, np.ndarray | None]:
         """Also the anchors against the data: the classes they are drawn from, and their

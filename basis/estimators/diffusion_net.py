@@ -2,20 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
 
 from basis.errors import InputError
-from basis.estimators.base import SpectralEstimator, register
+from basis.estimators.base import SpectralEstimator
+from basis.estimators.parameters import DiffusionNetParameters
 from basis.estimators.training import FeaturesOf, StepTimer
 from basis.graph import dense_affinity
 from basis.spectral import operator_matrix, spectral_embedding
 
 
-@register("diffusion_net")
-class DiffusionNet(SpectralEstimator):
+class DiffusionNet(DiffusionNetParameters, SpectralEstimator):
     """Diffusion Net's encoder (Mishne et al.), trained as in the BASiS paper.
 
     One sample of ``sample_size`` training points (default: one batch) is drawn per
@@ -28,28 +26,10 @@ class DiffusionNet(SpectralEstimator):
     L_N embedding and P, gamma are replaced by L_N and its eigenvalues.
     """
 
-    def __init__(
-        self,
-        n_components: int = 10,
-        *,
-        mu: float = 1e-5,
-        eta: float = 1.0,
-        sample_size: int | None = None,
-        operator: str = "diffusion",
-        drop_trivial: bool = True,
-        **common: Any,
-    ):
-        super().__init__(n_components, operator=operator, drop_trivial=drop_trivial, **common)
-        self.mu = mu
-        self.eta = eta
-        self.sample_size = sample_size
-
     def _validate(self, n_samples: int) -> None:
         super()._validate(n_samples)
         if self.sample_size is not None and not self.batch_size <= self.sample_size <= n_samples:
             raise InputError(f"sample_size must be between batch_size and {n_samples}, got {self.sample_size}")
-        if self.mu < 0 or self.eta < 0:
-            raise InputError(f"mu and eta must be non-negative, got {self.mu} and {self.eta}")
 
     def _prepare(self, X: torch.Tensor, y: np.ndarray | None) -> None:
         size = self.sample_size or self.batch_size

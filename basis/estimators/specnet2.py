@@ -3,14 +3,14 @@ unconstrained loss, then a Rayleigh-Ritz post-processing."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import scipy.linalg
 import torch
 
-from basis.errors import InputError
-from basis.estimators.base import SpectralEstimator, check_features, register
+from basis.estimators.base import SpectralEstimator, check_features
+from basis.estimators.parameters import SpecNet2Parameters
 from basis.estimators.training import FeaturesOf, StepTimer
 from basis.graph import dense_affinity, sparse_affinity
 
@@ -36,8 +36,7 @@ def deflate_trivial(W: torch.Tensor) -> torch.Tensor:
     return W - torch.outer(degrees, degrees) / degrees.sum()
 
 
-@register("specnet2")
-class SpecNet2(SpectralEstimator):
+class SpecNet2(SpecNet2Parameters, SpectralEstimator):
     """SpecNet2 (Chen et al.): the pencil (W, D) by an unconstrained loss, then a
     Rayleigh-Ritz post-processing.
 
@@ -53,27 +52,6 @@ class SpecNet2(SpectralEstimator):
     and ``"unnormalized"`` is refused. ``gradient`` defaults to ``"local"`` (the batch's
     own graph, cost independent of n; the BASiS paper does not say which SpecNet2 used).
     """
-
-    SEEDS_APART_WHEN: ClassVar = {
-        "gradient": (
-            "neighbor",
-            "with gradient='neighbor' its batches (a batch and its neighbours) differ in size from seed to seed",
-        )
-    }
-
-    def __init__(self, n_components: int = 10, *, gradient: str = "local", **common: Any):
-        super().__init__(n_components, **common)
-        self.gradient = gradient
-
-    def _validate(self, n_samples: int) -> None:
-        super()._validate(n_samples)
-        if self.gradient not in ("local", "neighbor"):
-            raise InputError(f"gradient must be 'local' or 'neighbor', got {self.gradient!r}")
-        if self.operator == "unnormalized":
-            raise InputError(
-                "SpecNet2 learns the pencil (W, D), i.e. the random walk's eigenvectors D^-1/2 U of L_N; it has no"
-                " form for L = D - W: use operator 'normalized' (scored against L_N, as in the paper) or 'diffusion'"
-            )
 
     def _prepare(self, X: torch.Tensor, y: np.ndarray | None) -> None:
         if self.gradient == "neighbor":

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
 
-from basis.errors import InputError
-from basis.estimators.base import SpectralEstimator, register
+from basis.estimators.base import SpectralEstimator
+from basis.estimators.parameters import SpectralNetParameters
 from basis.estimators.training import FeaturesOf, StepTimer
 from basis.graph import dense_affinity
 from basis.models import SpectralMLP
 
 
-@register("specnet1")
-class SpectralNet(SpectralEstimator):
+class SpectralNet(SpectralNetParameters, SpectralEstimator):
     """SpectralNet (Shaham et al.): ratio-cut loss with an orthonormalisation layer.
 
     Each step computes the orthonormalisation weights W_orth = sqrt(m) R^-1 from the QR
@@ -29,23 +26,8 @@ class SpectralNet(SpectralEstimator):
     SpecNet1; its method key is ``specnet1``.
     """
 
-    def __init__(self, n_components: int = 10, *, output_activation: str | None = "tanh", **common: Any):
-        super().__init__(n_components, **common)
-        self.output_activation = output_activation
-
     def _build_model(self, in_dim: int) -> SpectralMLP:
         return SpectralMLP(in_dim, self.n_components, self.hidden_, output_activation=self.output_activation)
-
-    def _validate(self, n_samples: int) -> None:
-        super()._validate(n_samples)
-        if self.drop_trivial:
-            raise InputError(
-                "SpectralNet learns the K smallest eigenvectors including the trivial one: use drop_trivial=False"
-            )
-        if self.operator == "diffusion":
-            raise InputError(
-                "SpectralNet learns L or L_N eigenvectors: operator must be 'unnormalized' or 'normalized'"
-            )
 
     def _orthonormal_weights(self, X_orth: torch.Tensor) -> torch.Tensor:
         """W_orth of the net's output on ``X_orth`` (:func:`orthonormal_weights`); the

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import io
-from typing import Any, ClassVar
+from typing import Any
 
-import numpy as np
 import torch
 
 from basis.errors import InputError
-from basis.estimators.base import SpectralEstimator, register
+from basis.estimators.base import SpectralEstimator
+from basis.estimators.parameters import PublishedOnPaperGraphParameters, PublishedSpectralNetParameters
 from basis.runtime.device import global_draws_seeded, resolve_device
 
 #: What the package's training splits off for validation (``random_split``, 90/10).
@@ -55,8 +55,7 @@ class PublishedNetwork(torch.nn.Module):
         return self.network(x, should_update_orth_weights=False).double()
 
 
-@register("specnet1_published")
-class PublishedSpectralNet(SpectralEstimator):
+class PublishedSpectralNet(PublishedSpectralNetParameters, SpectralEstimator):
     """SpectralNet through the ``spectralnet`` package, on the package's own graph.
 
     The package trains its spectral network for ``n_epochs`` epochs over 90 % of the training
@@ -80,13 +79,6 @@ class PublishedSpectralNet(SpectralEstimator):
         ``hidden``, ``device``, ``seed``).
     """
 
-    SEEDS_NEVER_TOGETHER: ClassVar = "the spectralnet package trains one network at a time"
-
-    def __init__(self, n_components: int = 10, *, n_epochs: int = 30, graph_from: str = "package", **common: Any):
-        super().__init__(n_components, **common)
-        self.n_epochs = n_epochs
-        self.graph_from = graph_from
-
     def package_graph(self) -> dict[str, Any]:
         """The graph arguments the package gets (``n_nbg``, ``scale_k``, ``is_local_scale``)."""
         if self.graph_from == "package":
@@ -99,12 +91,8 @@ class PublishedSpectralNet(SpectralEstimator):
 
     def _validate(self, n_samples: int) -> None:
         super()._validate(n_samples)
-        if self.graph_from not in ("package", "protocol"):
-            raise InputError(f"graph_from must be 'package' or 'protocol', got {self.graph_from!r}")
         if self.graph_from == "protocol" and self.graph_.scale == "fixed":
             raise InputError("the spectralnet package computes its own scale: graph.scale must be local or global")
-        if isinstance(self.n_epochs, bool) or not isinstance(self.n_epochs, (int, np.integer)) or self.n_epochs < 1:
-            raise InputError(f"n_epochs must be a positive integer, got {self.n_epochs!r}")
         # its last training batch orthonormalises by the QR of as many rows: fewer than K
         # rows make R singular and the package fails mid-training
         last = int(TRAIN_SHARE * n_samples) % self.batch_size
@@ -149,10 +137,6 @@ class PublishedSpectralNet(SpectralEstimator):
         return self
 
 
-@register("specnet1_published_paper_graph")
-class PublishedSpectralNetOnPaperGraph(PublishedSpectralNet):
+class PublishedSpectralNetOnPaperGraph(PublishedOnPaperGraphParameters, PublishedSpectralNet):
     """:class:`PublishedSpectralNet` with ``graph_from="protocol"`` by default: the paper's k
     and scale rule, as far as the package's API takes them."""
-
-    def __init__(self, n_components: int = 10, *, n_epochs: int = 30, graph_from: str = "protocol", **common: Any):
-        super().__init__(n_components, n_epochs=n_epochs, graph_from=graph_from, **common)

@@ -19,7 +19,6 @@ from threadpoolctl import threadpool_limits
 from basis.errors import TrainingDiverged
 from basis.runtime import device as devices
 
-StepCallback = Callable[[int, dict[str, float]], None]
 #: ``features_of(indices)``: the features of training nodes, on the estimator's device.
 FeaturesOf = Callable[[torch.Tensor], torch.Tensor]
 

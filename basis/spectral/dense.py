@@ -20,6 +20,7 @@ import scipy.sparse.csgraph
 import scipy.sparse.linalg
 import torch
 
+from basis.choices import OPERATORS
 from basis.errors import InputError
 from basis.graph import csr_rows
 from basis.runtime import device as devices
@@ -27,7 +28,6 @@ from basis.runtime.capture import checked
 
 log = logging.getLogger(__name__)
 
-OPERATORS = ("unnormalized", "normalized", "diffusion")
 ON_DISCONNECTED = ("warn", "raise", "ignore")
 
 

@@ -11,17 +11,18 @@ functions that draw its figures and check its claims, and one declaration of the
         gpu=True,
     )
 
-The workflow reads the declarations at parse without importing the modules (see
-:func:`basis.catalog.study_declarations`), so every value in ``Study(...)`` and
-``Figure(...)`` is a literal and functions are named, not referenced. A new study is one
-module here plus one section under ``experiments`` in the config: the workflow gives it a
-rule, its figures and its comparison rows. Table 1, the kNN sweep (Fig. 5) and the
+The workflow reads the declarations at parse by importing the modules
+(:mod:`basis.plan.registry`), so a study module imports at its top nothing heavier than
+numpy (matplotlib loads when a figure is drawn, torch and the estimators inside the study
+function) and names its functions rather than referencing them. A study whose function
+passes ``**settings`` on to a class names it in ``settings_to``. A new study is one module
+here plus one section under ``experiments`` in the config: the workflow gives it a rule,
+its figures and its comparison rows. Table 1, the kNN sweep (Fig. 5) and the
 alignment ablation are runs of the methods (``python -m basis run``) instead.
 
-Each figure is drawn by a job of its own from the study's saved arrays, so a study module
-imports at its top only what drawing needs (numpy, and matplotlib through
-:mod:`basis.studies.figures`) and what it computes with (torch, the estimators, the metrics)
-inside its study function: a figure job does not pay torch's and scikit-learn's start-up.
+Each figure is drawn by a job of its own from the study's saved arrays, so what a study
+computes with (torch, the estimators, the metrics) is imported inside its study function:
+a figure job does not pay torch's and scikit-learn's start-up.
 
 Study settings are keyword arguments of the study's function (the paper's values are the
 defaults); ``python -m basis study NAME`` runs one and writes ``metrics.json`` and

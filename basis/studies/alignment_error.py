@@ -20,8 +20,8 @@ import numpy as np
 
 from basis.catalog.data_sources import DataSource
 from basis.errors import InputError
-from basis.studies import ClaimRow, Figure, Study, StudyResult
-from basis.studies.figures import load_study, plt, save_figure
+from basis.studies import ClaimRow, Figure, Study, StudyResult, figures
+from basis.studies.figures import load_study, save_figure
 
 # What the study computes with is imported where it computes: drawing its figures (a
 # workflow job of its own) imports numpy and matplotlib only.
@@ -175,7 +175,7 @@ def draw_alignment_error(folders: list[str | Path], out: str | Path) -> None:
     """Per-eigenvector held-out alignment error against 1 / eigengap (log-log), one panel
     per data set and one colour per batch size; each pair of batches gives one point per
     eigenvector."""
-    fig, axes = plt.subplots(1, len(folders), figsize=(5.2 * len(folders), 4), squeeze=False)
+    fig, axes = figures.plt.subplots(1, len(folders), figsize=(5.2 * len(folders), 4), squeeze=False)
     for ax, folder in zip(axes[0], folders):
         result, a = load_study(folder)
         for m, colour in zip(a["batch_sizes"], ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple")):

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
-from basis.studies import ClaimRow, Figure, Study, StudyResult
-from basis.studies.figures import load_study, plt, save_figure
+from basis.studies import ClaimRow, Figure, Study, StudyResult, figures
+from basis.studies.figures import load_study, save_figure
 
 # What the study computes with is imported where it computes: drawing its figures (a
 # workflow job of its own) imports numpy and matplotlib only.
@@ -100,7 +100,7 @@ def draw_bunny(folders: list[str | Path], out: str | Path) -> None:
     """Fig. 4: example frames, the analytic DM of all frames and of the test frames,
     and the network's output on the test frames (colour: true rotation angle)."""
     result, a = load_study(folders[0])
-    fig, axes = plt.subplots(1, 4, figsize=(13, 3.3))
+    fig, axes = figures.plt.subplots(1, 4, figsize=(13, 3.3))
     strip = np.concatenate(list(a["examples"]), axis=1)
     axes[0].imshow(strip, cmap="gray")
     axes[0].set_title("example frames", fontsize=9)

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from basis.studies import ClaimRow, Figure, Study, StudyResult
-from basis.studies.figures import CLUSTER_COLOURS, load_study, plt, save_figure
+from basis.studies import ClaimRow, Figure, Study, StudyResult, figures
+from basis.studies.figures import load_study, save_figure
 
 if TYPE_CHECKING:
     from basis.graph import GraphConfig
@@ -123,8 +123,8 @@ def draw_anchor_consistency(folders: list[str | Path], out: str | Path) -> None:
     """Fig. 3: three moons and its nine anchors; the two leading eigenvectors at the
     anchors over the batches, before and after alignment."""
     result, a = load_study(folders[0])
-    fig, axes = plt.subplots(2, 3, figsize=(11, 6))
-    axes[0, 0].scatter(*a["X"].T, c=CLUSTER_COLOURS(a["y"]), s=1)
+    fig, axes = figures.plt.subplots(2, 3, figsize=(11, 6))
+    axes[0, 0].scatter(*a["X"].T, c=figures.CLUSTER_COLOURS(a["y"]), s=1)
     axes[0, 0].set_title("three moons", fontsize=9)
     axes[1, 0].scatter(*a["X"].T, c="lightgrey", s=1)
     axes[1, 0].scatter(*a["X"][a["anchors"]].T, c="red", s=40)

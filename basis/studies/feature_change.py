@@ -10,8 +10,8 @@ import numpy as np
 
 from basis.catalog.data_sources import DataSource
 from basis.errors import InputError
-from basis.studies import ClaimRow, Figure, Study, StudyResult
-from basis.studies.figures import CLUSTER_COLOURS, load_study, plt, save_figure
+from basis.studies import ClaimRow, Figure, Study, StudyResult, figures
+from basis.studies.figures import load_study, save_figure
 
 # What the study computes with is imported where it computes: drawing its figures (a
 # workflow job of its own) imports numpy and matplotlib only.
@@ -77,7 +77,7 @@ def draw_training(folders: list[str | Path], out: str | Path) -> None:
     embedding of the current features (blue) and of the network on training
     (orange) and validation (green) points."""
     _, a = load_study(folders[0])
-    fig, axes = plt.subplots(1, 4, figsize=(14, 3.3))
+    fig, axes = figures.plt.subplots(1, 4, figsize=(14, 3.3))
     for ax, name in zip(axes[:2], ("contrastive_loss", "spectral_mse")):
         ax.plot(*history(a, name), linewidth=0.8)
         ax.set_yscale("log")
@@ -97,12 +97,12 @@ def draw_tsne(folders: list[str | Path], out: str | Path, seed: int = 0) -> None
     from sklearn.manifold import TSNE
 
     _, a = load_study(folders[0])
-    fig, axes = plt.subplots(1, 2, figsize=(8, 4))
+    fig, axes = figures.plt.subplots(1, 2, figsize=(8, 4))
     for ax, key, title in ((axes[0], "start", "start of training"), (axes[1], "end", "end of training")):
         embedding = a[key]
         perplexity = min(30.0, (len(embedding) - 1) / 3)
         points = TSNE(2, perplexity=perplexity, random_state=seed, init="pca").fit_transform(embedding)
-        ax.scatter(*points.T, c=CLUSTER_COLOURS(a["val_labels"] % 10), s=3)
+        ax.scatter(*points.T, c=figures.CLUSTER_COLOURS(a["val_labels"] % 10), s=3)
         ax.set_title(title, fontsize=9)
         ax.set_xticks([])
         ax.set_yticks([])
@@ -114,7 +114,7 @@ def draw_snapshots(folders: list[str | Path], out: str | Path) -> None:
     network's validation embedding (2-D run)."""
     _, a = load_study(folders[0])
     iterations = sorted({int(k.split("/")[1]) for k in a if k.startswith("snapshot/")})
-    fig, axes = plt.subplots(len(iterations), 3, figsize=(9, 2.8 * len(iterations)), squeeze=False)
+    fig, axes = figures.plt.subplots(len(iterations), 3, figsize=(9, 2.8 * len(iterations)), squeeze=False)
     for row, iteration in enumerate(iterations):
         prefix = f"snapshot/{iteration}/"
         panels = (
@@ -125,7 +125,7 @@ def draw_snapshots(folders: list[str | Path], out: str | Path) -> None:
         for column, (key, labels, title) in enumerate(panels):
             ax = axes[row, column]
             if prefix + key in a:
-                ax.scatter(*a[prefix + key][:, :2].T, c=CLUSTER_COLOURS(labels % 10), s=3)
+                ax.scatter(*a[prefix + key][:, :2].T, c=figures.CLUSTER_COLOURS(labels % 10), s=3)
             ax.set_title(f"iteration {iteration}: {title}", fontsize=8)
             ax.set_xticks([])
             ax.set_yticks([])
@@ -154,6 +154,7 @@ def feature_change_claims(results: dict[str, dict[str, float]]) -> list[ClaimRow
 
 STUDY = Study(
     function="feature_change",
+    settings_to="basis.changing_features:FeatureChangeTrainer",
     runs=("main", "subset"),
     figures=(
         Figure(

@@ -7,22 +7,40 @@ drawn from the kNN sweep's summary, is here. Every figure is written as PNG and 
 from __future__ import annotations
 
 import zipfile
+from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+from basis.catalog import METHOD_LABELS
+from basis.errors import InputError
+from basis.runtime.outputs import read_metrics
 
-from basis.catalog import METHOD_LABELS  # noqa: E402
-from basis.errors import InputError  # noqa: E402
-from basis.runtime.outputs import read_metrics  # noqa: E402
+if TYPE_CHECKING:
+    import pandas as pd
 
-__all__ = ["CLUSTER_COLOURS", "knn_sensitivity", "load_study", "plt", "save_figure"]
+__all__ = ["knn_sensitivity", "load_study", "save_figure"]  # and plt, CLUSTER_COLOURS (loaded on first use)
 
-CLUSTER_COLOURS = plt.get_cmap("tab10")
+
+@cache
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot
+
+    return matplotlib.pyplot
+
+
+def __getattr__(name: str) -> Any:
+    """``plt`` (pyplot) and ``CLUSTER_COLOURS`` load matplotlib on first use, when a figure
+    is drawn: the workflow imports the study modules at parse to read their declarations."""
+    if name == "plt":
+        return _pyplot()
+    if name == "CLUSTER_COLOURS":
+        return _pyplot().get_cmap("tab10")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def save_figure(fig, out: str | Path) -> None:
@@ -32,7 +50,7 @@ def save_figure(fig, out: str | Path) -> None:
     fig.tight_layout()
     fig.savefig(out.with_suffix(".png"), dpi=130)
     fig.savefig(out.with_suffix(".pdf"), metadata={"CreationDate": None})  # the same bytes from every run
-    plt.close(fig)
+    _pyplot().close(fig)
 
 
 def load_study(folder: str | Path) -> tuple[dict[str, float], dict[str, np.ndarray]]:
@@ -60,7 +78,7 @@ def check_study(folder: str | Path) -> None:
 
 def knn_sensitivity(summary: pd.DataFrame, out: str | Path) -> None:
     """Fig. 5: NMI, ACC, d_G and d_perp (mean and std over seeds) against k."""
-    fig, axes = plt.subplots(1, 4, figsize=(14, 3.3))
+    fig, axes = _pyplot().subplots(1, 4, figsize=(14, 3.3))
     for ax, measure in zip(axes, ("nmi", "acc", "d_G", "d_perp")):
         for method, block in summary.groupby("method"):
             block = block.sort_values("n_neighbors")
@@ -98,11 +116,12 @@ def embedding_picture(
     that its first two coordinates stack in one corner lie apart), one colour per class with a
     legend, and the run's scores in the title; one colour without labels."""
     plane = principal_plane(embedding)
-    fig, ax = plt.subplots(figsize=(6.4, 5.2))
+    fig, ax = _pyplot().subplots(figsize=(6.4, 5.2))
     classes = [None] if labels is None else list(np.unique(labels))
     for index, label in enumerate(classes):
         chosen = slice(None) if label is None else np.asarray(labels) == label
-        colour = CLUSTER_COLOURS(index % CLUSTER_COLOURS.N)
+        colours = _pyplot().get_cmap("tab10")
+        colour = colours(index % colours.N)
         ax.scatter(*plane[chosen].T, color=colour, s=6, linewidths=0, label=None if label is None else str(label))
     if labels is not None:
         ax.legend(
@@ -115,4 +134,4 @@ def embedding_picture(
     ax.tick_params(labelsize=7)
     fig.tight_layout()
     fig.savefig(out, dpi=100)
-    plt.close(fig)
+    _pyplot().close(fig)

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 
 from basis.errors import InputError
-from basis.studies import ClaimRow, Figure, Study, StudyResult
-from basis.studies.figures import CLUSTER_COLOURS, load_study, plt, save_figure
+from basis.studies import ClaimRow, Figure, Study, StudyResult, figures
+from basis.studies.figures import load_study, save_figure
 
 # What the study computes with is imported where it computes: drawing its figures (a
 # workflow job of its own) imports numpy and matplotlib only.
@@ -106,7 +106,7 @@ def draw_illustration(folders: list[str | Path], out: str | Path) -> None:
     aligning subset 1 to subset 2 through the three anchors."""
     result, a = load_study(folders[0])
     X, y, anchors = a["X"], a["y"], a["anchors"]
-    fig, axes = plt.subplots(1, 4, figsize=(13, 3.3))
+    fig, axes = figures.plt.subplots(1, 4, figsize=(13, 3.3))
     axes[0].scatter(*X[a["subset1"]].T, s=8, marker="o", facecolors="none", edgecolors="tab:blue", label="subset 1")
     axes[0].scatter(*X[a["subset2"]].T, s=8, marker="x", c="tab:green", label="subset 2")
     axes[0].scatter(*X[anchors].T, s=60, c="red", label="anchors")
@@ -117,13 +117,15 @@ def draw_illustration(folders: list[str | Path], out: str | Path) -> None:
         (axes[2], a["embedding2"], a["subset2"], "subset 2 embedding"),
     )
     for ax, embedding, subset, title in panels:
-        ax.scatter(*embedding.T, c=CLUSTER_COLOURS(y[subset]), s=20)
+        ax.scatter(*embedding.T, c=figures.CLUSTER_COLOURS(y[subset]), s=20)
         ax.scatter(*embedding[:3].T, c="red", s=60, marker="x")
         ax.set_title(title, fontsize=9)
     axes[3].scatter(
-        *a["embedding2"].T, c=CLUSTER_COLOURS(y[a["subset2"]]), s=40, marker="o", alpha=0.4, label="subset 2"
+        *a["embedding2"].T, c=figures.CLUSTER_COLOURS(y[a["subset2"]]), s=40, marker="o", alpha=0.4, label="subset 2"
     )
-    axes[3].scatter(*a["aligned1"].T, c=CLUSTER_COLOURS(y[a["subset1"]]), s=15, marker="x", label="subset 1, aligned")
+    axes[3].scatter(
+        *a["aligned1"].T, c=figures.CLUSTER_COLOURS(y[a["subset1"]]), s=15, marker="x", label="subset 1, aligned"
+    )
     axes[3].legend(fontsize=7)
     axes[3].set_title(f"union after alignment (anchor error {result['anchor_error_after']:.1e})", fontsize=9)
     for ax in axes[1:]:

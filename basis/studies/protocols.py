@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from basis.catalog import FEATURE_SETS, TOY_BATCH_SIZE, TOY_SETS
-from basis.catalog.data_sources import DataSource
+from basis.catalog.data_sources import DataSource, through_siamese_features
 from basis.catalog.settings import EVALUATION_KEYS, resolve_settings
 from basis.data import Dataset, load_dataset, load_inputs
 from basis.data.toy_sets import TOY_GRAPH, three_moons_anchors
@@ -54,8 +54,8 @@ def feature_protocol(
 ) -> tuple[Dataset, dict[str, Any], dict[str, Any]]:
     """Table 1's protocol on a feature set's Siamese features (raw inputs without
     ``features_dir``, or a table of one's own: ``data_source``); its labels are needed."""
-    image_set = dataset in FEATURE_SETS or (data_source is not None and data_source.is_images)
-    features = None if features_dir is None or not image_set else Path(features_dir) / f"{dataset}.npz"
+    siamese = through_siamese_features(dataset, data_source)
+    features = None if features_dir is None or not siamese else Path(features_dir) / f"{dataset}.npz"
     data = load_inputs(dataset, features, seed=data_seed, root=data_root, source=data_source)
     if not data.labelled:
         raise InputError(f"data set {dataset} has no labels; this study draws its anchors and scores per class")

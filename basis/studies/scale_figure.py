@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from basis.studies import ClaimRow
-from basis.studies.figures import load_study, plt, save_figure
+from basis.studies import ClaimRow, figures
+from basis.studies.figures import load_study, save_figure
 
 #: What each point records, per method and n (NaN where the method did not run).
 MEASURES = ("fit_s", "transform_s", "points_per_s", "peak_gb", "device_peak_mb", "d_G", "d_perp", "nmi", "acc")
@@ -51,7 +51,7 @@ def draw_scale(folders: list[str | Path], out: str | Path) -> str:
     against n; returns the numbers as a markdown table, a row per method and n."""
     result, arrays = load_study(folders[0])
     ns, curves = arrays["n_points"], [str(c) for c in arrays["curves"]]
-    fig, axes = plt.subplots(1, 4, figsize=(17, 3.6))
+    fig, axes = figures.plt.subplots(1, 4, figsize=(17, 3.6))
     for method in curves:
         axes[0].loglog(ns, arrays[f"{method}/fit_s"], "o-", label=_slope_text(result, method))
         axes[1].loglog(ns, arrays[f"{method}/peak_gb"], "o-", label=method)

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 
 from basis.errors import InputError
-from basis.studies import ClaimRow, Figure, Study, StudyResult
-from basis.studies.figures import CLUSTER_COLOURS, load_study, plt, save_figure
+from basis.studies import ClaimRow, Figure, Study, StudyResult, figures
+from basis.studies.figures import load_study, save_figure
 
 # What the study computes with is imported where it computes: drawing its figures (a
 # workflow job of its own) imports numpy and matplotlib only.
@@ -110,7 +110,7 @@ def batch_embedding_nmi(
 def draw_toy_examples(folders: list[str | Path], out: str | Path) -> None:
     """Fig. 1: the network's first output over a grid beyond the data, and the
     K-means clusters of the test points on top (one panel per toy set)."""
-    fig, axes = plt.subplots(1, len(folders), figsize=(3.6 * len(folders), 3.4), squeeze=False)
+    fig, axes = figures.plt.subplots(1, len(folders), figsize=(3.6 * len(folders), 3.4), squeeze=False)
     for ax, folder in zip(axes[0], folders):
         result, a = load_study(folder)
         values = a["grid_embedding"][..., 0]
@@ -118,7 +118,7 @@ def draw_toy_examples(folders: list[str | Path], out: str | Path) -> None:
         mesh = ax.pcolormesh(a["grid_x"], a["grid_y"], values, cmap="coolwarm", shading="auto", rasterized=True)
         ax.contour(a["grid_x"], a["grid_y"], values, levels=12, colors="k", linewidths=0.3, alpha=0.5)
         shown = np.random.default_rng(0).permutation(len(a["X_test"]))[:1500]
-        ax.scatter(*a["X_test"][shown].T, c=CLUSTER_COLOURS(a["predicted"][shown] % 10), s=3, linewidths=0)
+        ax.scatter(*a["X_test"][shown].T, c=figures.CLUSTER_COLOURS(a["predicted"][shown] % 10), s=3, linewidths=0)
         ax.scatter(*a["anchors"].T, marker="*", c="gold", edgecolors="k", s=70, linewidths=0.5)
         ax.set_title(f"{Path(folder).name}: NMI {result['nmi']:.3f}, ACC {result['acc']:.3f}", fontsize=9)
         ax.set_xticks([])

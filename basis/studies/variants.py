@@ -20,8 +20,8 @@ import numpy as np
 
 from basis.catalog.data_sources import DataSource
 from basis.errors import InputError
-from basis.studies import ClaimRow, Figure, Study, StudyResult
-from basis.studies.figures import load_study, plt, save_figure
+from basis.studies import ClaimRow, Figure, Study, StudyResult, figures
+from basis.studies.figures import load_study, save_figure
 
 # What the study computes with is imported where it computes: drawing its figures (a
 # workflow job of its own) imports numpy and matplotlib only.
@@ -139,7 +139,7 @@ def meets_floor(result: dict[str, float], variant: str) -> bool:
 def draw_variants(folders: list[str | Path], out: str | Path) -> str:
     """Mean test d_G (± std over seeds) of every variant against the paper's BASiS, one
     panel per data set; returns the same numbers as a markdown table."""
-    fig, axes = plt.subplots(1, len(folders), figsize=(3.2 * len(folders), 3.4), squeeze=False)
+    fig, axes = figures.plt.subplots(1, len(folders), figsize=(3.2 * len(folders), 3.4), squeeze=False)
     lines = [
         "| data set | variant | d_G | change | seeds with lower d_G | d_G (k scaled) | NMI | ACC"
         " | ≥ 25 % lower, NMI/ACC within 0.005 |",

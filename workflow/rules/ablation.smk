@@ -1,7 +1,7 @@
 # The alignment ablation: BASiS with RANSAC, plain least squares and no alignment, same
 # budget, on clean anchors and with gross anchor outliers (`-outliers`). Toy sets use the toy defaults (`python -m basis run` on a toy set) and compute
 # their small reference in the job; image sets use the protocol and the shared reference.
-from basis.catalog import ALIGNMENTS
+from basis.choices import ALIGNMENTS
 
 
 rule ablation_run:

@@ -1,8 +1,8 @@
 # The `python -m basis` commands the jobs run, built as argument lists (never a shell
 # string): a rule's params.command, run by the script its rule names (workflow/scripts/).
 # Settings reach a job by one route: `--set key=value` with JSON values, checked by
-# basis.catalog.settings; basis.catalog.workflow_config builds them from the config.
-from basis.catalog.workflow_config import ablation_protocol, assignments, method_assignments, protocol_assignments
+# basis.catalog.settings; basis.plan.workflow_config builds them from the config.
+from basis.plan.workflow_config import ablation_protocol, assignments, method_assignments, protocol_assignments
 from basis.catalog.settings import REFERENCE_KEYS
 from basis.tracking import config_hash
 

@@ -11,15 +11,11 @@ from snakemake.io import IOFile
 from snakemake.utils import validate
 
 # Import-light modules only: a dry run must not import torch (see basis/catalog/).
-from basis.catalog import (
-    DATASETS,
-    FEATURE_SETS,
-    code_version,
-    method_names,
-    study_names,
-)
-from basis.catalog.data_sources import data_sources
-from basis.catalog.workflow_config import check_workflow_config
+from basis.catalog import DATASETS, FEATURE_SETS, method_names
+from basis.plan.registry import study_names
+from basis.plan.versions import code_version
+from basis.catalog.data_sources import data_sources, through_siamese_features
+from basis.plan.workflow_config import check_workflow_config
 from basis.catalog.settings import check_config_schema, check_yaml_file
 from basis.errors import InputError
 from basis.runtime.gpus import visible_gpu_count
@@ -140,8 +136,7 @@ localrules:
 def feature_input(wildcards):
     """Image sets (and image folders of one's own) are embedded through Siamese features;
     others are used raw."""
-    own = DATA_SOURCES.get(wildcards.dataset)
-    if wildcards.dataset in FEATURE_SETS or (own is not None and own.is_images):
+    if through_siamese_features(wildcards.dataset, DATA_SOURCES.get(wildcards.dataset)):
         return f"results/features/{wildcards.dataset}.npz"
     return []
 

@@ -2,8 +2,9 @@
 # (each module of basis/studies/ declares how its config section splits into runs, and the
 # rules of studies.smk, sensitivity.smk, ablation.smk and paper.smk are built from those
 # declarations) and the ablation's variants.
-from basis.catalog import TOY_SETS, study_declaration, study_folder
-from basis.catalog.workflow_config import ablation_variants
+from basis.catalog import TOY_SETS
+from basis.plan.registry import study_declaration, study_folder
+from basis.plan.workflow_config import ablation_variants
 
 
 def seed_patterns(folder, name, n_seeds):
@@ -79,8 +80,7 @@ def study_inputs(name):
             own = DATA_SOURCES.get(dataset)
             data += [f"results/data/{dataset}.json"] if dataset in FEATURE_SETS or own is not None else []
             # a run given a features folder embeds the data set's Siamese features from there
-            image_set = dataset in FEATURE_SETS or (own is not None and own.is_images)
-            if image_set and settings.get("features_dir"):
+            if through_siamese_features(dataset, own) and settings.get("features_dir"):
                 features.append(f"{settings['features_dir']}/{dataset}.npz")
         return {"flag": TRACKING_FLAG, "data": data, "features": features}
 

@@ -1,12 +1,49 @@
-"""Whether a config value fits the annotation its parameter has in the source, read as
-text: the workflow checks settings at parse time without importing what they configure.
+"""The values a setting may take: the choices that modules on several floors check, each a
+``Literal`` stated once (what a parameter is annotated with) with its tuple derived for the
+code that branches on it, and :func:`check_value`, whether a value fits an annotation read
+as text (the workflow checks settings at parse time without importing what they configure).
 """
 
 from __future__ import annotations
 
 import ast
+import re
+from collections.abc import Mapping
+from typing import Any, Literal, get_args, get_origin
 
 from basis.errors import InputError
+
+#: Whose eigenvectors are embedded: L = D - W, L_N = I - D^-1/2 W D^-1/2, or the random walk D^-1 W.
+Operator = Literal["unnormalized", "normalized", "diffusion"]
+OPERATORS: tuple[str, ...] = get_args(Operator)
+
+#: How BASiS aligns a batch to the reference (Table 2's ablation compares them).
+Alignment = Literal["ransac", "lstsq", "none"]
+ALIGNMENTS: tuple[str, ...] = get_args(Alignment)
+
+#: The maps a batch can be aligned by: ``affine`` (the paper's, T in R^{K x (K+1)}) or
+#: ``linear`` (no translation, T in R^{K x K}; beyond the paper).
+AlignmentMap = Literal["affine", "linear"]
+MAPS: tuple[str, ...] = get_args(AlignmentMap)
+
+#: How RANSAC's inlier tolerance is read (see :func:`basis.alignment.inlier_threshold`).
+ToleranceMode = Literal["relative", "absolute"]
+TOLERANCE_MODES: tuple[str, ...] = get_args(ToleranceMode)
+
+#: How BASiS solves the batches it aligns.
+Eigensolver = Literal["auto", "exact", "subspace"]
+EIGENSOLVERS: tuple[str, ...] = get_args(Eigensolver)
+
+
+def spelt_out(annotation: str, namespace: Mapping[str, Any]) -> str:
+    """An annotation's text with the ``Literal`` aliases it names (looked up in the
+    ``namespace`` of its module) spelt out: ``Operator`` -> ``Literal['unnormalized', ...]``."""
+
+    def spell(match: re.Match) -> str:
+        value = namespace.get(match.group(0))
+        return f"Literal[{', '.join(map(repr, get_args(value)))}]" if get_origin(value) is Literal else match.group(0)
+
+    return re.sub(r"\b[A-Z]\w*\b", spell, annotation)
 
 
 def _options(annotation: str) -> list[str]:
@@ -47,6 +84,8 @@ def matches_annotation(value: object, annotation: str) -> bool:
         if option == "str" and isinstance(value, str):
             return True
         if option in ("dict", "GraphConfig") and isinstance(value, dict):
+            return True
+        if option == "GraphConfig" and type(value).__name__ == "GraphConfig":
             return True
         if option.startswith("Literal[") and value in ast.literal_eval(f"({option[8:-1]},)"):
             return True

@@ -9,7 +9,6 @@ column (or its row count) is read, an ``.npz``'s ``X`` header and ``y``. Torch-f
 
 from __future__ import annotations
 
-import ast
 import math
 import zipfile
 from collections import Counter
@@ -18,9 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from basis.catalog import _init, _method_sources, study_defaults
+from basis.catalog import method_defaults
 from basis.catalog.data_sources import DataSource, files_below
 from basis.errors import InputError
+from basis.plan.registry import study_defaults
 
 
 @dataclass(frozen=True)
@@ -86,16 +86,6 @@ def source_size(source: DataSource) -> SourceSize:
     return SourceSize(source.name, math.floor(n_points * keep), counts)
 
 
-def method_default(method: str, name: str) -> Any:
-    """The literal default of ``method``'s parameter ``name``, read from its source (None
-    where it has none)."""
-    _, path, class_name = _method_sources()[method]
-    arguments = _init(ast.parse(path.read_text()), class_name).args
-    pairs = [*zip(arguments.args[::-1], arguments.defaults[::-1]), *zip(arguments.kwonlyargs, arguments.kw_defaults)]
-    found = next((default for argument, default in pairs if argument.arg == name and default is not None), None)
-    return None if found is None else ast.literal_eval(found)
-
-
 def _batch_fits(where: str, batch: int | None, size: SourceSize) -> list[str]:
     if batch is not None and batch > size.n_train:
         return [f"{where} {batch} exceeds the training split of {size.name} (about {size.n_train} points)"]
@@ -134,7 +124,7 @@ def size_misfits(
         misfits += _batch_fits(f"protocol.batch_size (data set {dataset})", protocol["batch_size"], sizes[dataset])
     if "basis" in config["methods"]:
         basis = config["methods"]["basis"] or {}
-        per_class = basis.get("anchors_per_class", method_default("basis", "anchors_per_class"))
+        per_class = basis.get("anchors_per_class", method_defaults("basis")["anchors_per_class"])
         for dataset in (d for d in config["datasets"] if d in sizes):
             components = sources[dataset].n_components
             where = "methods.basis.anchors_per_class"

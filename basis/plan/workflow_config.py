@@ -13,11 +13,13 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from basis.catalog import ALIGNMENTS, DATASETS, TOY_SETS, study_names, study_runs
+from basis.catalog import DATASETS, TOY_SETS
 from basis.catalog.data_sources import DataSource, data_sources
 from basis.catalog.settings import resolve_settings, why_seeds_apart
-from basis.catalog.sizes import check_sizes
+from basis.choices import ALIGNMENTS
 from basis.errors import InputError
+from basis.plan.registry import study_names, study_runs
+from basis.plan.sizes import check_sizes
 
 
 def assignments(settings: Mapping[str, Any]) -> list[str]:
@@ -127,7 +129,7 @@ def check_workflow_config(config: Mapping[str, Any]) -> dict[str, dict[str, dict
     only where the seeds share a job and every method can train them together, the kNN
     sweep's methods among the config's, the ablation's and the variants study's settings
     resolvable on top of the protocol, and every setting that fits the size of a data set
-    of one's own it runs on (:func:`~basis.catalog.sizes.check_sizes`, all misfits at once).
+    of one's own it runs on (:func:`~basis.plan.sizes.check_sizes`, all misfits at once).
     An InputError names the first problem; otherwise returns each study's runs, as checked."""
     studies = config["experiments"]
     runs = workflow_study_runs(config)
