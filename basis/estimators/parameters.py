@@ -4,7 +4,9 @@ A method is declared here by a parameters class: its ``__init__`` is the estimat
 types, defaults; an estimator class inherits it), ``_parameter_constraints`` beside it holds
 the ranges (choices are the ``Literal`` annotations of :mod:`basis.choices`), and
 :func:`declare` gives it its name, its label in tables and figures, and the estimator class
-that computes it. :func:`check_parameters` is the one validator: the workflow calls it on a
+that computes it; a package of one's own declares its methods the same way and names the
+module that does so in the ``basis.methods`` entry-point group (:data:`PLUGIN_GROUP`).
+:func:`check_parameters` is the one validator: the workflow calls it on a
 config at parse time (through :mod:`basis.catalog`), and ``fit`` on the estimator's
 parameters. As scikit-learn declares ``_parameter_constraints`` on its estimators.
 """
@@ -87,12 +89,22 @@ def annotation_text(cls: type, name: str) -> str:
     for klass in cls.__mro__:
         init = vars(klass).get("__init__")
         if init is not None and name in inspect.signature(init).parameters:
-            text = inspect.signature(init).parameters[name].annotation
+            text = _as_text(inspect.signature(init).parameters[name].annotation)
             namespace = vars(sys.modules[klass.__module__])
             break
     else:
         raise KeyError(name)
     return spelt_out(text, namespace)
+
+
+def _as_text(annotation: Any) -> str:
+    """An annotation as its source text (a module without ``from __future__ import
+    annotations`` gives the objects: ``float``, ``int | None``, ``Literal['a']``)."""
+    if isinstance(annotation, str):
+        return annotation
+    if annotation is inspect.Parameter.empty:
+        return "Any"
+    return annotation.__name__ if isinstance(annotation, type) else str(annotation).replace("typing.", "")
 
 
 def check_parameters(cls: type[SpectralParameters], values: Mapping[str, Any]) -> None:
@@ -407,3 +419,23 @@ class BASiSParameters(SpectralParameters):
 
 #: Table 1's methods, in its row order.
 PAPER_METHODS = tuple(name for name, declared in DECLARED.items() if declared.in_paper)
+
+#: The entry-point group through which an installed package declares methods of its own:
+#: each entry names a torch-free module whose parameters classes call :func:`declare`.
+PLUGIN_GROUP = "basis.methods"
+
+
+def _declare_plugins() -> None:
+    """Import the declarations of every installed package's methods (:data:`PLUGIN_GROUP`),
+    so that the workflow and the command line know them by name as the package's own."""
+    from importlib.metadata import entry_points
+
+    for entry in entry_points(group=PLUGIN_GROUP):
+        try:
+            entry.load()
+        except Exception as err:  # a broken plugin is named, not a traceback of basis
+            where = f"{entry.value} ({PLUGIN_GROUP} entry point)"
+            raise InputError(f"the methods of {where} failed to load: {err}") from err
+
+
+_declare_plugins()

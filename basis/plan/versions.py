@@ -11,6 +11,7 @@ import ast
 import hashlib
 from collections import Counter
 from functools import cache
+from importlib.util import find_spec
 from pathlib import Path
 
 from basis.catalog import PACKAGE, method_parameters
@@ -32,7 +33,9 @@ def source_hash(paths: list[Path], texts: list[str] = ()) -> str:
     """Short hash of the given source files (names and contents) and source texts."""
     digest = hashlib.sha256()
     for path in sorted(paths):
-        digest.update(str(path.relative_to(PACKAGE)).encode() + b"\0" + path.read_bytes())
+        # a method of an installed package of one's own lies outside: its file name stands for it
+        name = path.relative_to(PACKAGE) if path.is_relative_to(PACKAGE) else path.name
+        digest.update(str(name).encode() + b"\0" + path.read_bytes())
     for text in texts:
         digest.update(b"\0" + text.encode())
     return digest.hexdigest()[:12]
@@ -88,9 +91,10 @@ def code_version(
 
 @cache
 def _method_files() -> dict[str, list[Path]]:
-    """Method name -> its own source files: the module that defines it, and the modules of
-    ``basis/estimators/`` that no other method's module imports (BASiS's batch targets)."""
-    own = {name: _module_path(_estimator(name)[0]) for name in DECLARED}
+    """Method name -> its own source files: the module that defines it (found without
+    importing it), and the modules of ``basis/estimators/`` that no other method's module
+    imports (BASiS's batch targets)."""
+    own = {name: Path(find_spec(_estimator(name)[0]).origin) for name in DECLARED}
     imported = {
         name: {
             _module_path(node.module)
