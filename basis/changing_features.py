@@ -202,7 +202,12 @@ class FeatureChangeTrainer:
         if updated is None:  # the base graph fell apart under the new features: keep the previous base
             current = previous
         elif self.use_global_transform:
-            fit = global_transform(previous[:n_anchors], updated[:n_anchors], **spectral.ransac_options())
+            fit = global_transform(
+                previous[:n_anchors],
+                updated[:n_anchors],
+                spectral.ransac_settings(),
+                generator=spectral.ransac_generator_,
+            )
             current = apply_affine(fit.transform, updated)
             # How far T_G is from the identity [I, 0]: zero when the features did not move,
             # so that a control run with frozen features shows what the chain of T_G adds.

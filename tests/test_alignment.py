@@ -68,7 +68,7 @@ def test_global_transform_maps_updated_anchors_onto_previous(rng):
     T = _random_affine(rng, 3)
     updated = torch.as_tensor(rng.normal(size=(40, 3)))
     previous = apply_affine(T, updated)
-    result = global_transform(previous, updated, sample_size=10, tolerance=1e-6)
+    result = global_transform(previous, updated, RansacSettings(sample_size=10, tolerance=1e-6))
     assert torch.allclose(apply_affine(result.transform, updated), previous, atol=1e-8)
 
 
@@ -112,7 +112,7 @@ def test_alignment_never_uses_lstsq_whose_semantics_depend_on_the_device(rng, mo
     for result in (
         align_affine(source, target),
         ransac_affine(source, target, sample_size=20, tolerance=1e-6),
-        global_transform(target, source, sample_size=20, tolerance=1e-6),
+        global_transform(target, source, RansacSettings(sample_size=20, tolerance=1e-6)),
     ):
         assert torch.isfinite(result.transform).all()
         # The fitted map reproduces the targets even though T itself is not identifiable.

@@ -9,7 +9,7 @@ import logging
 import torch
 
 from basis.alignment.affine import MAX_GAIN, NOISE_RCOND, AlignmentResult
-from basis.alignment.ransac_settings import RansacSettings
+from basis.alignment.ransac_settings import RANSAC_DEFAULTS, RansacSettings
 from basis.alignment.search import RansacSearch
 
 log = logging.getLogger(__name__)
@@ -87,6 +87,17 @@ def ransac_affine(
         max_gain=max_gain,
         linear=linear,
     )
+    return _search_map(source, target, settings, generator, strata)
+
+
+def _search_map(
+    source: torch.Tensor,
+    target: torch.Tensor,
+    settings: RansacSettings,
+    generator: torch.Generator | None,
+    strata: torch.Tensor | None = None,
+) -> AlignmentResult:
+    """RANSAC's map from ``source`` onto ``target`` with ``settings``, read once at the end."""
     search = RansacSearch(source, target, settings, generator=generator, strata=strata)
     search.settle()
     result = search.result().on_host()
@@ -98,10 +109,14 @@ def ransac_affine(
 
 
 def global_transform(
-    previous_anchors: torch.Tensor, updated_anchors: torch.Tensor, **ransac_options
+    previous_anchors: torch.Tensor,
+    updated_anchors: torch.Tensor,
+    settings: RansacSettings = RANSAC_DEFAULTS,
+    *,
+    generator: torch.Generator | None = None,
 ) -> AlignmentResult:
     """T_G of Algorithm 2: maps the anchors' embedding under updated features onto
-    their embedding under the previous features (RANSAC, same options as
-    :func:`ransac_affine`). Apply it to the whole updated embedding with
-    :func:`apply_affine`."""
-    return ransac_affine(updated_anchors, previous_anchors, **ransac_options)
+    their embedding under the previous features (RANSAC with ``settings``, e.g. a BASiS
+    estimator's :meth:`~basis.estimators.targets.BatchTargets.ransac_settings`). Apply it
+    to the whole updated embedding with :func:`apply_affine`."""
+    return _search_map(updated_anchors, previous_anchors, settings, generator)

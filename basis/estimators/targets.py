@@ -95,17 +95,18 @@ class BatchTargets:
         n_components, _ = settle_components(embedded.W, embedded.labels, embedded.settled)
         return n_components <= self.n_components + int(self.drop_trivial)
 
-    def ransac_options(self) -> dict[str, Any]:
-        """This estimator's RANSAC settings and generator, as :func:`~basis.alignment.ransac_affine` takes them."""
-        return {
-            "n_iter": self.ransac_iter,
-            "max_iter": self.ransac_max_iter,
-            "confidence": self.ransac_confidence,
-            "sample_size": self.ransac_sample(),
-            "tolerance": self.ransac_tolerance,
-            "tolerance_mode": self.ransac_tolerance_mode,
-            "generator": self.ransac_generator_,
-        }
+    def ransac_settings(self) -> RansacSettings:
+        """How this estimator's RANSAC searches (its ``ransac_*`` parameters and its map);
+        its draws come from ``ransac_generator_``."""
+        return RansacSettings(
+            n_iter=self.ransac_iter,
+            max_iter=self.ransac_max_iter,
+            confidence=self.ransac_confidence,
+            sample_size=self.ransac_sample(),
+            tolerance=self.ransac_tolerance,
+            tolerance_mode=self.ransac_tolerance_mode,
+            linear=self.alignment_map == "linear",
+        )
 
     def _fit(self, source: torch.Tensor, target: torch.Tensor) -> AlignmentResult:
         """The map (``alignment_map``) from ``source`` anchors onto ``target`` anchors, by
@@ -125,11 +126,14 @@ class BatchTargets:
         if self.alignment == "lstsq":
             return None
         strata, n_strata = self.anchor_strata_ or (None, None)
-        options = self.ransac_options()
-        generator = options.pop("generator")
-        settings = RansacSettings(**options, linear=self.alignment_map == "linear")
         return RansacSearch(
-            source, target, settings, generator=generator, strata=strata, n_strata=n_strata, **first_round
+            source,
+            target,
+            self.ransac_settings(),
+            generator=self.ransac_generator_,
+            strata=strata,
+            n_strata=n_strata,
+            **first_round,
         )
 
     #: The diagnostics :meth:`align` returns, in the order of :meth:`_alignment_readings`.
