@@ -7,6 +7,7 @@ as text (the workflow checks settings at parse time without importing what they 
 from __future__ import annotations
 
 import ast
+import inspect
 import re
 from collections.abc import Mapping
 from typing import Any, Literal, get_args, get_origin
@@ -33,6 +34,16 @@ TOLERANCE_MODES: tuple[str, ...] = get_args(ToleranceMode)
 #: How BASiS solves the batches it aligns.
 Eigensolver = Literal["auto", "exact", "subspace"]
 EIGENSOLVERS: tuple[str, ...] = get_args(Eigensolver)
+
+
+def annotation_as_text(annotation: Any) -> str:
+    """A signature's annotation as its source text: a module without ``from __future__
+    import annotations`` gives the objects (``float``, ``int | None``, ``Literal['a']``)."""
+    if isinstance(annotation, str):
+        return annotation
+    if annotation is inspect.Parameter.empty:
+        return "Any"
+    return annotation.__name__ if isinstance(annotation, type) else str(annotation).replace("typing.", "")
 
 
 def spelt_out(annotation: str, namespace: Mapping[str, Any]) -> str:

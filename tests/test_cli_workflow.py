@@ -311,8 +311,9 @@ def test_a_config_key_given_twice_is_refused_naming_it_and_its_lines(workdir):
         ("methods.basis", "n_iter", -5, "n_iter=-5 is out of range: expected >= 1"),
         ("methods.basis", "anchor_outliers", 1.5, "anchor_outliers=1.5 is out of range: expected in [0, 1)"),
         ("methods.basis", "ransac_confidence", 1.5, "ransac_confidence=1.5 is out of range"),
-        ("protocol.graph", "neighbors", "annoy", "'annoy' is not one of ['exact', 'faiss-ivf', 'faiss-hnsw']"),
-        ("protocol.graph", "faiss_probe", 0, "0 is less than the minimum of 1"),
+        # the graph's own check (GraphConfig), the one statement of its choices and ranges
+        ("protocol.graph", "neighbors", "annoy", "neighbors must be one of ['exact', 'faiss-ivf', 'faiss-hnsw']"),
+        ("protocol.graph", "faiss_probe", 0, "faiss_probe must be a positive integer or null, got 0"),
     ],
 )
 def test_a_config_setting_out_of_range_is_refused_by_a_dry_run(workdir, section, key, value, message):

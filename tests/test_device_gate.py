@@ -9,10 +9,11 @@ import torch
 from conftest import HANG_GUARD_S
 from test_together import ROOT
 
+from basis.estimators.parameters import PAPER_METHODS
 from benchmarks.gate import Gate
 
 GATE = [sys.executable, "-m", "benchmarks", "device", "gate"]
-CHECKS = ["device", "together_basis", "together_diffusion_net", "together_specnet1", "together_specnet2"]
+CHECKS = ["device", *(f"together_{method}" for method in PAPER_METHODS)]
 CHECKS += ["float32_solve", "cuda_graphs", "reference", "studies", "step", "two_gpus", "baseline_step"]
 
 

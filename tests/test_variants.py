@@ -104,8 +104,8 @@ def test_weight_averaging_ends_on_the_mean_of_the_last_iterates(moons):
 @pytest.mark.parametrize(
     "options, match",
     [
-        ({"alignment_map": "projective"}, "alignment_map must be one of"),
-        ({"reference": "median"}, "reference must be 'first_batch' or 'mean'"),
+        ({"alignment_map": "projective"}, r"alignment_map='projective' .* expected Literal\['affine', 'linear'\]"),
+        ({"reference": "median"}, r"reference='median' .* expected Literal\['first_batch', 'mean'\]"),
         ({"reference": "mean", "alignment": "none"}, "needs an alignment other than 'none'"),
         ({"average_tail": 1.0}, r"average_tail=1.0 is out of range: expected in \[0, 1\)"),
     ],

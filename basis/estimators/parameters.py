@@ -22,7 +22,16 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from basis.choices import Alignment, AlignmentMap, Eigensolver, Operator, ToleranceMode, check_value, spelt_out
+from basis.choices import (
+    Alignment,
+    AlignmentMap,
+    Eigensolver,
+    Operator,
+    ToleranceMode,
+    annotation_as_text,
+    check_value,
+    spelt_out,
+)
 from basis.errors import InputError
 from basis.graph.config import GraphConfig
 
@@ -89,22 +98,12 @@ def annotation_text(cls: type, name: str) -> str:
     for klass in cls.__mro__:
         init = vars(klass).get("__init__")
         if init is not None and name in inspect.signature(init).parameters:
-            text = _as_text(inspect.signature(init).parameters[name].annotation)
+            text = annotation_as_text(inspect.signature(init).parameters[name].annotation)
             namespace = vars(sys.modules[klass.__module__])
             break
     else:
         raise KeyError(name)
     return spelt_out(text, namespace)
-
-
-def _as_text(annotation: Any) -> str:
-    """An annotation as its source text (a module without ``from __future__ import
-    annotations`` gives the objects: ``float``, ``int | None``, ``Literal['a']``)."""
-    if isinstance(annotation, str):
-        return annotation
-    if annotation is inspect.Parameter.empty:
-        return "Any"
-    return annotation.__name__ if isinstance(annotation, type) else str(annotation).replace("typing.", "")
 
 
 def check_parameters(cls: type[SpectralParameters], values: Mapping[str, Any]) -> None:

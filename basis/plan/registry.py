@@ -24,7 +24,7 @@ from basis.catalog import (
     TOY_CLASSES,
     TOY_SETS,
 )
-from basis.choices import check_value, spelt_out
+from basis.choices import annotation_as_text, check_value, spelt_out
 from basis.errors import InputError
 from basis.studies import Study, study_module
 
@@ -71,8 +71,7 @@ def _annotation(name: str, setting: str) -> str:
     module = _modules()[name]
     if module.STUDY.settings_to is not None and setting not in _parameters(getattr(module, module.STUDY.function)):
         module = import_module(module.STUDY.settings_to.split(":")[0])
-    annotation = _settings(name)[setting].annotation
-    return "Any" if annotation is inspect.Parameter.empty else spelt_out(str(annotation), vars(module))
+    return spelt_out(annotation_as_text(_settings(name)[setting].annotation), vars(module))
 
 
 def study_names() -> list[str]:
