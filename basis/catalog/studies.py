@@ -1,5 +1,6 @@
 """How a study declares itself (``STUDY = Study(...)`` in its module of ``basis/studies/``):
-the types the catalog reads the declarations into, without importing the study."""
+the types of the declarations, which the workflow reads by importing the study modules
+(:mod:`basis.plan.registry`)."""
 
 from __future__ import annotations
 

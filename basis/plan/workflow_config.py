@@ -55,7 +55,7 @@ def ablation_protocol(config: Mapping[str, Any], dataset: str) -> list[str]:
 
 
 def workflow_study_runs(config: Mapping[str, Any]) -> dict[str, dict[str, dict]]:
-    """Each study's runs (:func:`basis.catalog.study_runs`) from the config's
+    """Each study's runs (:func:`basis.plan.registry.study_runs`) from the config's
     ``experiments``; an InputError names a missing section, a bad setting or an unknown
     data set."""
     sections = config["experiments"]
