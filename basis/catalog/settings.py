@@ -9,7 +9,6 @@ assignments of the command line, naming any unknown key with the valid ones.
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Mapping
 from dataclasses import fields
 from typing import Any
@@ -24,7 +23,7 @@ from basis.catalog import (
 )
 from basis.choices import check_value
 from basis.errors import InputError
-from basis.estimators.parameters import COUNT, DECLARED, POSITIVE, Interval, check_parameters
+from basis.estimators.parameters import COUNT, DECLARED, POSITIVE, Interval, check_parameters, check_range
 from basis.graph.config import GraphConfig, check_choice
 
 #: Protocol keys that are not an estimator's parameters (how a run is evaluated, and the K
@@ -83,10 +82,7 @@ def check_protocol(method: str, settings: dict[str, Any]) -> None:
     passes. Ranges that depend on the data (batch size against the training set, anchors
     against a class) are checked by the estimator's ``check_input`` before training."""
     for key, value in (settings.get("eval") or {}).items():
-        if isinstance(value, float) and not math.isfinite(value):
-            raise InputError(f"eval.{key}={value!r} is not a finite number")
-        if not isinstance(value, bool) and value not in EVAL_RANGES[key]:
-            raise InputError(f"eval.{key}={value!r} is out of range: expected {EVAL_RANGES[key]}")
+        check_range(f"eval.{key}", value, EVAL_RANGES[key])
     parameters = set(method_parameters(method))
     given = {k: v for k, v in settings.items() if k in parameters and not (k == "n_components" and v is None)}
     check_parameters(DECLARED[method], given)

@@ -117,14 +117,19 @@ def check_parameters(cls: type[SpectralParameters], values: Mapping[str, Any]) -
             continue
         value = _plain(value)
         check_value(name, value, annotation_text(cls, name))
-        items = value if isinstance(value, list | tuple) else [value]
-        numbers = [v for v in items if isinstance(v, int | float) and not isinstance(v, bool)]
-        if any(not math.isfinite(v) for v in numbers):
-            raise InputError(f"{name}={value!r} is not a finite number")
-        interval = constraints[name]
-        if interval is not None and any(v not in interval for v in numbers):
-            raise InputError(f"{name}={_shown(value)} is out of range: expected {interval}")
+        check_range(name, value, constraints[name])
     cls.check_combination({**cls.defaults(), **{name: _plain(value) for name, value in values.items()}})
+
+
+def check_range(name: str, value: Any, interval: Interval | None) -> None:
+    """``value`` (each number of it, for a sequence) finite and within ``interval`` (None:
+    any finite number), or an InputError naming ``name``; booleans and text pass."""
+    items = value if isinstance(value, list | tuple) else [value]
+    numbers = [v for v in items if isinstance(v, int | float) and not isinstance(v, bool)]
+    if any(not math.isfinite(v) for v in numbers):
+        raise InputError(f"{name}={value!r} is not a finite number")
+    if interval is not None and any(v not in interval for v in numbers):
+        raise InputError(f"{name}={_shown(value)} is out of range: expected {interval}")
 
 
 def _plain(value: Any) -> Any:
