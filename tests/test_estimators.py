@@ -137,3 +137,26 @@ def test_training_on_the_cpu_does_not_import_torch_dynamo():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_a_methods_parameters_are_its_constructors_and_a_range_names_one_of_them():
+    """The names come from the signatures (a parameter with no range is still one), and a
+    range declared for a name no constructor takes is refused, not silently kept."""
+    from basis.estimators.parameters import COUNT, SpectralParameters
+
+    class Declared(SpectralParameters):
+        _parameter_constraints = {"width": COUNT}
+
+        def __init__(self, n_components=10, *, width: int = 3, tag: str = "a", **common):
+            super().__init__(n_components, **common)
+            self.width, self.tag = width, tag
+
+    constraints = Declared.parameter_constraints()
+    assert {"width", "tag", "n_iter", "callback"} <= set(constraints) and constraints["tag"] is None
+    assert constraints["width"] is COUNT
+
+    class Misspelt(Declared):
+        _parameter_constraints = {"widht": COUNT}
+
+    with pytest.raises(TypeError, match=r"ranges for \['widht'\]"):
+        Misspelt.parameter_constraints()

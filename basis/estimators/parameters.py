@@ -153,21 +153,15 @@ class SpectralParameters:
     label: ClassVar[str]
     estimator: ClassVar[str]
     in_paper: ClassVar[bool]
-    #: Parameter -> its range (None: its type says everything).
-    _parameter_constraints: ClassVar[dict[str, Interval | None]] = {
+    #: Parameter -> its range; a parameter not named has no range beyond its type.
+    _parameter_constraints: ClassVar[dict[str, Interval]] = {
         "n_components": COUNT,
-        "graph": None,
-        "operator": None,
-        "drop_trivial": None,
         "diffusion_time": POSITIVE,
         "batch_size": Interval(2),
         "n_iter": COUNT,
         # Adam's step: at 1 or more every weight moves by its whole size per step
         "lr": Interval(0, 1, open_low=True),
         "hidden": COUNT,
-        "device": None,
-        "seed": None,
-        "callback": None,
     }
     #: Settings with which a method's seeds cannot train together, and why: parameter ->
     #: (value, why) (:meth:`~basis.estimators.base.SpectralEstimator._why_not_together`).
@@ -206,11 +200,20 @@ class SpectralParameters:
 
     @classmethod
     def parameter_constraints(cls) -> dict[str, Interval | None]:
-        """Every parameter of the method, its own and those it passes on, with its range."""
-        constraints: dict[str, Interval | None] = {}
+        """Every parameter of the method, its own and those it passes on (the constructors'
+        signatures), with its range (None: its type says everything)."""
+        names: list[str] = []
+        ranges: dict[str, Interval] = {}
         for klass in reversed(cls.__mro__):
-            constraints.update(vars(klass).get("_parameter_constraints", {}))
-        return constraints
+            ranges.update(vars(klass).get("_parameter_constraints", {}))
+            if "__init__" in vars(klass) and issubclass(klass, SpectralParameters):
+                for parameter in list(inspect.signature(vars(klass)["__init__"]).parameters.values())[1:]:
+                    if parameter.kind is not parameter.VAR_KEYWORD and parameter.name not in names:
+                        names.append(parameter.name)
+        stray = sorted(set(ranges) - set(names))
+        if stray:  # a range for a parameter no constructor takes: a typo in the declaration
+            raise TypeError(f"{cls.__name__} declares ranges for {stray}, which are not its parameters")
+        return {name: ranges.get(name) for name in names}
 
     @classmethod
     def parameter_names(cls) -> list[str]:
@@ -256,8 +259,6 @@ class DiffusionNetParameters(SpectralParameters):
 
 @declare("specnet1", label="SpecNet1", estimator="basis.estimators.spectralnet:SpectralNet", in_paper=True)
 class SpectralNetParameters(SpectralParameters):
-    _parameter_constraints: ClassVar = {"output_activation": None}
-
     def __init__(self, n_components: int = 10, *, output_activation: Literal["tanh"] | None = "tanh", **common: Any):
         super().__init__(n_components, **common)
         self.output_activation = output_activation
@@ -276,7 +277,6 @@ class SpectralNetParameters(SpectralParameters):
 
 @declare("specnet2", label="SpecNet2", estimator="basis.estimators.specnet2:SpecNet2", in_paper=True)
 class SpecNet2Parameters(SpectralParameters):
-    _parameter_constraints: ClassVar = {"gradient": None}
     SEEDS_APART_WHEN: ClassVar = {
         "gradient": (
             "neighbor",
@@ -303,7 +303,7 @@ class SpecNet2Parameters(SpectralParameters):
     estimator="basis.estimators.spectralnet_published:PublishedSpectralNet",
 )
 class PublishedSpectralNetParameters(SpectralParameters):
-    _parameter_constraints: ClassVar = {"n_epochs": COUNT, "graph_from": None}
+    _parameter_constraints: ClassVar = {"n_epochs": COUNT}
     SEEDS_NEVER_TOGETHER: ClassVar = "the spectralnet package trains one network at a time"
 
     def __init__(
@@ -339,24 +339,16 @@ class PublishedOnPaperGraphParameters(PublishedSpectralNetParameters):
 @declare("basis", label="BASiS (Ours)", estimator="basis.estimators.basis:BASiS", in_paper=True)
 class BASiSParameters(SpectralParameters):
     _parameter_constraints: ClassVar = {
-        "anchors": None,
         "anchors_per_class": COUNT,
         "n_anchors": COUNT,
         "anchor_indices": Interval(0),
-        "alignment": None,
         "anchor_outliers": FRACTION,
         "ransac_iter": COUNT,
         "ransac_max_iter": COUNT,
         "ransac_confidence": Interval(0, 1, open_low=True),
         "ransac_sample_size": COUNT,
         "ransac_tolerance": POSITIVE,
-        "ransac_tolerance_mode": None,
-        "ransac_sampling": None,
-        "alignment_map": None,
-        "reference": None,
         "reference_batches": COUNT,
-        "eigensolver": None,
-        "cuda_graphs": None,
         "average_tail": FRACTION,
     }
 
