@@ -16,7 +16,7 @@ from __future__ import annotations
 import inspect
 import math
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -202,14 +202,10 @@ class SpectralParameters:
     def parameter_constraints(cls) -> dict[str, Interval | None]:
         """Every parameter of the method, its own and those it passes on (the constructors'
         signatures), with its range (None: its type says everything)."""
-        names: list[str] = []
+        names = list(dict.fromkeys(parameter.name for parameter in cls._constructor_parameters()))
         ranges: dict[str, Interval] = {}
         for klass in reversed(cls.__mro__):
             ranges.update(vars(klass).get("_parameter_constraints", {}))
-            if "__init__" in vars(klass) and issubclass(klass, SpectralParameters):
-                for parameter in list(inspect.signature(vars(klass)["__init__"]).parameters.values())[1:]:
-                    if parameter.kind is not parameter.VAR_KEYWORD and parameter.name not in names:
-                        names.append(parameter.name)
         stray = sorted(set(ranges) - set(names))
         if stray:  # a range for a parameter no constructor takes: a typo in the declaration
             raise TypeError(f"{cls.__name__} declares ranges for {stray}, which are not its parameters")
@@ -222,14 +218,18 @@ class SpectralParameters:
 
     @classmethod
     def defaults(cls) -> dict[str, Any]:
-        """Each parameter's default, as the constructors state it."""
-        defaults: dict[str, Any] = {}
+        """Each parameter's default, as the constructors state it (a subclass's wins)."""
+        return {p.name: p.default for p in cls._constructor_parameters() if p.default is not p.empty}
+
+    @classmethod
+    def _constructor_parameters(cls) -> Iterator[inspect.Parameter]:
+        """The parameters of every constructor from :class:`SpectralParameters` down to
+        ``cls`` (``self`` and ``**common`` left out)."""
         for klass in reversed(cls.__mro__):
             if "__init__" in vars(klass) and issubclass(klass, SpectralParameters):
-                for parameter in inspect.signature(vars(klass)["__init__"]).parameters.values():
-                    if parameter.default is not parameter.empty:
-                        defaults[parameter.name] = parameter.default
-        return defaults
+                for parameter in list(inspect.signature(vars(klass)["__init__"]).parameters.values())[1:]:
+                    if parameter.kind is not parameter.VAR_KEYWORD:
+                        yield parameter
 
     @classmethod
     def check_combination(cls, values: Mapping[str, Any]) -> None:
