@@ -53,25 +53,24 @@ def _parameters(function: Any) -> dict[str, inspect.Parameter]:
 
 
 @cache
-def _settings(name: str) -> dict[str, inspect.Parameter]:
-    """A study's keyword settings; those of a ``**settings`` catch-all are the parameters
-    of the class its declaration passes them to (``settings_to``)."""
+def _settings(name: str) -> dict[str, tuple[inspect.Parameter, ModuleType]]:
+    """A study's keyword settings, each with the module that declares it; those of a
+    ``**settings`` catch-all are the parameters of the class its declaration passes them
+    to (``settings_to``)."""
     module = _modules()[name]
-    function = getattr(module, module.STUDY.function)
-    settings = _parameters(function)
+    settings = {n: (p, module) for n, p in _parameters(getattr(module, module.STUDY.function)).items()}
     if module.STUDY.settings_to is not None:
         owner, class_name = module.STUDY.settings_to.split(":")
-        passed_on = _parameters(getattr(import_module(owner), class_name))
-        settings |= {n: p for n, p in passed_on.items() if n not in (*RUN_PARAMETERS, *settings)}
+        owner_module = import_module(owner)
+        passed_on = _parameters(getattr(owner_module, class_name))
+        settings |= {n: (p, owner_module) for n, p in passed_on.items() if n not in (*RUN_PARAMETERS, *settings)}
     return settings
 
 
 def _annotation(name: str, setting: str) -> str:
     """The annotation of a study setting as text, its ``Literal`` aliases spelt out."""
-    module = _modules()[name]
-    if module.STUDY.settings_to is not None and setting not in _parameters(getattr(module, module.STUDY.function)):
-        module = import_module(module.STUDY.settings_to.split(":")[0])
-    return spelt_out(annotation_as_text(_settings(name)[setting].annotation), vars(module))
+    parameter, module = _settings(name)[setting]
+    return spelt_out(annotation_as_text(parameter.annotation), vars(module))
 
 
 def study_names() -> list[str]:
@@ -98,7 +97,7 @@ def study_parameters(name: str, include_common: bool = False) -> list[str]:
 def study_defaults(name: str) -> dict[str, Any]:
     """The default of each study setting that has one."""
     study_parameters(name)
-    return {key: p.default for key, p in _settings(name).items() if p.default is not inspect.Parameter.empty}
+    return {key: p.default for key, (p, _) in _settings(name).items() if p.default is not inspect.Parameter.empty}
 
 
 def study_annotations(name: str) -> dict[str, str]:
